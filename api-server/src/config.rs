@@ -1,0 +1,632 @@
+//! Configuration (CONTRACT §10): one YAML file, `LCA_<SECTION>__<KEY>` environment overrides parsed
+//! as YAML, `DATABASE_URL` as the last fallback for `database.url`, then command-line flags.
+//! Unknown sections or keys and invalid values refuse to start with a message naming the key.
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read config file {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("config file {path} is not valid YAML: {source}")]
+    Yaml { path: PathBuf, source: serde_yaml::Error },
+    #[error("environment variable {var}: {message}")]
+    Env { var: String, message: String },
+    #[error("invalid configuration at `{key}`: {message}")]
+    Invalid { key: String, message: String },
+}
+
+fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
+    ConfigError::Invalid { key: key.to_string(), message: message.into() }
+}
+
+/// A duration: ISO-8601 (`PT90M`, `P3D`), a number of seconds, or `<n>s|m|h|d` (CONTRACT §10.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dur(pub Duration);
+
+impl Dur {
+    pub fn secs(s: u64) -> Self {
+        Dur(Duration::from_secs(s))
+    }
+}
+
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    if let Ok(secs) = s.parse::<f64>() {
+        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
+    }
+    if let Some(rest) = s.strip_prefix('P') {
+        let (date, time) = rest.split_once('T').unwrap_or((rest, ""));
+        let mut total = 0f64;
+        let mut any = false;
+        for (part, units) in [(date, &[('W', 604800.0), ('D', 86400.0)][..]), (time, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)][..])] {
+            let mut num = String::new();
+            for c in part.chars() {
+                if c.is_ascii_digit() || c == '.' {
+                    num.push(c);
+                } else {
+                    let unit = units.iter().find(|(u, _)| *u == c)?.1;
+                    total += num.parse::<f64>().ok()? * unit;
+                    num.clear();
+                    any = true;
+                }
+            }
+            if !num.is_empty() {
+                return None;
+            }
+        }
+        return any.then(|| Duration::from_secs_f64(total));
+    }
+    let (num, unit) = s.split_at(s.len().checked_sub(1)?);
+    let mult = match unit {
+        "s" => 1.0,
+        "m" => 60.0,
+        "h" => 3600.0,
+        "d" => 86400.0,
+        _ => return None,
+    };
+    let n: f64 = num.parse().ok()?;
+    (n >= 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * mult))
+}
+
+impl<'de> Deserialize<'de> for Dur {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let v = Value::deserialize(d)?;
+        let text = match &v {
+            Value::String(s) => s.clone(),
+            Value::Number(n) => n.to_string(),
+            _ => return Err(serde::de::Error::custom("expected a duration (PT90M, 90m, or seconds)")),
+        };
+        parse_duration(&text)
+            .map(Dur)
+            .ok_or_else(|| serde::de::Error::custom(format!("invalid duration {text:?} (use PT90M, 90m, 2h, 3d or seconds)")))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    pub host: String,
+    pub port: i64,
+    pub workers: i64,
+    pub root_path: String,
+    pub proxy_headers: bool,
+    pub forwarded_allow_ips: String,
+    pub timeout_keep_alive: f64,
+    pub timeout_graceful_shutdown: f64,
+    pub limit_concurrency: Option<usize>,
+    pub ssl_certfile: Option<PathBuf>,
+    pub ssl_keyfile: Option<PathBuf>,
+    pub ssl_ca_certs: Option<PathBuf>,
+    pub ssl_client_cert_required: bool,
+    pub max_body_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            host: "0.0.0.0".into(),
+            port: 8080,
+            workers: 1,
+            root_path: String::new(),
+            proxy_headers: true,
+            forwarded_allow_ips: "127.0.0.1".into(),
+            timeout_keep_alive: 5.0,
+            timeout_graceful_shutdown: 30.0,
+            limit_concurrency: None,
+            ssl_certfile: None,
+            ssl_keyfile: None,
+            ssl_ca_certs: None,
+            ssl_client_cert_required: false,
+            max_body_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    pub url: Option<String>,
+    pub migration_url: Option<String>,
+    pub listen_dsn: Option<String>,
+    pub pool_size: u32,
+    pub max_overflow: u32,
+    pub tx_attempts: u32,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig { url: None, migration_url: None, listen_dsn: None, pool_size: 10, max_overflow: 5, tx_attempts: 3 }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenEntry {
+    pub name: String,
+    pub role: String,
+    pub sha256: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TokenDigests {
+    pub nifi: Vec<String>,
+    pub operator: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuthConfig {
+    pub token_digests: TokenDigests,
+    pub tokens: Vec<TokenEntry>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct JobsConfig {
+    pub require_registered: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct NifiConfig {
+    pub receiver_url: Option<String>,
+    pub client_cert: Option<PathBuf>,
+    pub client_key: Option<PathBuf>,
+    pub ca_bundle: Option<PathBuf>,
+    pub timeout_seconds: f64,
+    pub signing_secret: Option<String>,
+}
+
+impl Default for NifiConfig {
+    fn default() -> Self {
+        NifiConfig { receiver_url: None, client_cert: None, client_key: None, ca_bundle: None, timeout_seconds: 10.0, signing_secret: None }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RecoveryConfig {
+    pub run_timeout: Dur,
+    pub extract_query_timeout: Dur,
+    pub stale: Dur,
+    pub mode: RecoveryMode,
+    pub max_attempts: u32,
+    pub validation_stale: Dur,
+    pub publish_stale: Dur,
+    pub sweeper_interval: Dur,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+pub enum RecoveryMode {
+    #[serde(rename = "FAIL")]
+    Fail,
+    #[serde(rename = "REISSUE")]
+    Reissue,
+}
+
+impl Default for RecoveryConfig {
+    fn default() -> Self {
+        RecoveryConfig {
+            run_timeout: Dur::secs(6 * 3600),
+            extract_query_timeout: Dur::secs(3600),
+            stale: Dur::secs(90 * 60),
+            mode: RecoveryMode::Fail,
+            max_attempts: 3,
+            validation_stale: Dur::secs(2 * 3600),
+            publish_stale: Dur::secs(2 * 3600),
+            sweeper_interval: Dur::secs(60),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DispatchConfig {
+    pub max_attempts: u32,
+    pub backoff_min: Dur,
+    pub backoff_max: Dur,
+    pub ack_timeout: Dur,
+    pub lease: Dur,
+    pub poll_interval: Dur,
+    pub batch: u32,
+}
+
+impl Default for DispatchConfig {
+    fn default() -> Self {
+        DispatchConfig {
+            max_attempts: 20,
+            backoff_min: Dur::secs(5),
+            backoff_max: Dur::secs(300),
+            ack_timeout: Dur::secs(600),
+            lease: Dur::secs(60),
+            poll_interval: Dur::secs(5),
+            batch: 20,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct CleanupConfig {
+    pub success_retention: Dur,
+    pub failed_retention: Dur,
+    pub max_batch: u32,
+    pub event_retention: Dur,
+}
+
+impl Default for CleanupConfig {
+    fn default() -> Self {
+        CleanupConfig {
+            success_retention: Dur::secs(3 * 86400),
+            failed_retention: Dur::secs(14 * 86400),
+            max_batch: 200,
+            event_retention: Dur::secs(90 * 86400),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MonitorConfig {
+    pub api_url: Option<String>,
+    pub token: Option<String>,
+    pub operator_token: Option<String>,
+    pub refresh_seconds: f64,
+    pub log_dir: String,
+}
+
+impl Default for MonitorConfig {
+    fn default() -> Self {
+        MonitorConfig { api_url: None, token: None, operator_token: None, refresh_seconds: 5.0, log_dir: "logs".into() }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WorkerConfig {
+    pub metrics_host: String,
+    pub metrics_port: Option<i64>,
+}
+
+impl Default for WorkerConfig {
+    fn default() -> Self {
+        WorkerConfig { metrics_host: "0.0.0.0".into(), metrics_port: Some(9100) }
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogFileConfig {
+    pub path: String,
+    #[serde(default = "default_file_format")]
+    pub format: String,
+    #[serde(default = "default_max_bytes")]
+    pub max_bytes: u64,
+    #[serde(default = "default_backup_count")]
+    pub backup_count: u32,
+}
+
+fn default_file_format() -> String {
+    "text".into()
+}
+fn default_max_bytes() -> u64 {
+    104_857_600
+}
+fn default_backup_count() -> u32 {
+    10
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    pub level: String,
+    pub format: String,
+    pub stdout: bool,
+    pub file: Option<LogFileConfig>,
+    pub access_log: bool,
+    pub access_body: bool,
+    pub access_body_max: usize,
+    pub loggers: BTreeMap<String, String>,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        let loggers = ["sqlx", "hyper", "reqwest", "h2", "rustls"].iter().map(|l| (l.to_string(), "WARNING".to_string())).collect();
+        LoggingConfig {
+            level: "INFO".into(),
+            format: "json".into(),
+            stdout: true,
+            file: None,
+            access_log: true,
+            access_body: true,
+            access_body_max: 2000,
+            loggers,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub database: DatabaseConfig,
+    pub auth: AuthConfig,
+    pub jobs: JobsConfig,
+    pub nifi: NifiConfig,
+    pub recovery: RecoveryConfig,
+    pub dispatch: DispatchConfig,
+    pub cleanup: CleanupConfig,
+    pub monitor: MonitorConfig,
+    pub worker: WorkerConfig,
+    pub logging: LoggingConfig,
+    /// Accepted for compatibility and ignored (§10.2).
+    pub clients: Option<Value>,
+}
+
+pub const LOG_LEVELS: &[&str] = &["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
+
+/// Which file to read: `--config`, else `LCA_CONFIG`, else `./config/config.yaml` (§10.1).
+pub fn config_path(flag: Option<&Path>) -> PathBuf {
+    flag.map(Path::to_path_buf)
+        .or_else(|| std::env::var_os("LCA_CONFIG").map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("config/config.yaml"))
+}
+
+impl Config {
+    /// Loads file + environment, without the start-up checks (see [`Config::validate`]).
+    pub fn load(path: &Path, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+        let env: Vec<(String, String)> = env.into_iter().collect();
+        Config::from_sources(&text, &env).map_err(|e| match e {
+            ConfigError::Yaml { source, .. } => ConfigError::Yaml { path: path.into(), source },
+            other => other,
+        })
+    }
+
+    pub fn from_sources(yaml: &str, env: &[(String, String)]) -> Result<Config, ConfigError> {
+        let mut tree: Value = if yaml.trim().is_empty() {
+            Value::Object(Default::default())
+        } else {
+            serde_yaml::from_str(yaml).map_err(|source| ConfigError::Yaml { path: PathBuf::new(), source })?
+        };
+        if tree.is_null() {
+            tree = Value::Object(Default::default());
+        }
+        if !tree.is_object() {
+            return Err(invalid("$", "the file must hold a mapping of sections"));
+        }
+        let mut database_url_fallback = None;
+        for (var, raw) in env {
+            if var == "DATABASE_URL" {
+                database_url_fallback = Some(raw.clone());
+                continue;
+            }
+            let Some(rest) = var.strip_prefix("LCA_") else { continue };
+            if rest == "CONFIG" {
+                continue;
+            }
+            let Some((section, key)) = rest.split_once("__") else {
+                return Err(ConfigError::Env { var: var.clone(), message: "expected LCA_<SECTION>__<KEY>".into() });
+            };
+            let value: Value = serde_yaml::from_str(raw)
+                .map_err(|e| ConfigError::Env { var: var.clone(), message: format!("not a YAML value: {e}") })?;
+            let section = section.to_lowercase();
+            let key = key.to_lowercase();
+            let obj = tree.as_object_mut().expect("checked above");
+            let entry = obj.entry(section.clone()).or_insert_with(|| Value::Object(Default::default()));
+            if entry.is_null() {
+                *entry = Value::Object(Default::default());
+            }
+            let Some(map) = entry.as_object_mut() else {
+                return Err(invalid(&section, "must be a mapping"));
+            };
+            map.insert(key, if value.is_null() && raw.is_empty() { Value::String(String::new()) } else { value });
+        }
+        let mut config: Config = serde_path_to_error::deserialize(&tree).map_err(|e| {
+            let key = e.path().to_string();
+            invalid(&key, e.inner().to_string())
+        })?;
+        if config.database.url.is_none() {
+            config.database.url = database_url_fallback;
+        }
+        Ok(config)
+    }
+
+    /// The start-up checks of §10.4 that concern every process.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.recovery.stale.0 <= self.recovery.extract_query_timeout.0 {
+            return Err(invalid("recovery.stale", "must be greater than recovery.extract_query_timeout"));
+        }
+        if self.recovery.max_attempts < 1 {
+            return Err(invalid("recovery.max_attempts", "must be at least 1"));
+        }
+        let s = &self.server;
+        if s.ssl_certfile.is_some() != s.ssl_keyfile.is_some() {
+            return Err(invalid("server.ssl_certfile", "ssl_certfile and ssl_keyfile go together"));
+        }
+        if s.ssl_client_cert_required && (s.ssl_certfile.is_none() || s.ssl_ca_certs.is_none()) {
+            return Err(invalid("server.ssl_client_cert_required", "needs ssl_certfile, ssl_keyfile and ssl_ca_certs"));
+        }
+        if self.nifi.client_cert.is_some() != self.nifi.client_key.is_some() {
+            return Err(invalid("nifi.client_cert", "client_cert and client_key go together"));
+        }
+        if !(1..=65535).contains(&s.port) {
+            return Err(invalid("server.port", format!("{} is outside 1..65535", s.port)));
+        }
+        if s.workers < 1 {
+            return Err(invalid("server.workers", "must be at least 1"));
+        }
+        if s.max_body_bytes == 0 {
+            return Err(invalid("server.max_body_bytes", "must be positive"));
+        }
+        if let Some(p) = self.worker.metrics_port {
+            if !(1..=65535).contains(&p) {
+                return Err(invalid("worker.metrics_port", format!("{p} is outside 1..65535")));
+            }
+        }
+        let l = &self.logging;
+        if !l.stdout && l.file.is_none() {
+            return Err(invalid("logging.stdout", "no log output: stdout is false and logging.file is not set"));
+        }
+        if !LOG_LEVELS.contains(&l.level.to_uppercase().as_str()) {
+            return Err(invalid("logging.level", format!("unknown level {:?} (one of {})", l.level, LOG_LEVELS.join(", "))));
+        }
+        for (logger, level) in &l.loggers {
+            if !LOG_LEVELS.contains(&level.to_uppercase().as_str()) {
+                return Err(invalid(&format!("logging.loggers.{logger}"), format!("unknown level {level:?}")));
+            }
+        }
+        if !["json", "text", "console"].contains(&l.format.as_str()) {
+            return Err(invalid("logging.format", "must be json, text or console"));
+        }
+        if let Some(f) = &l.file {
+            if f.max_bytes < 1024 {
+                return Err(invalid("logging.file.max_bytes", "must be at least 1024"));
+            }
+            if !["text", "json"].contains(&f.format.as_str()) {
+                return Err(invalid("logging.file.format", "must be text or json"));
+            }
+        }
+        if self.monitor.refresh_seconds < 1.0 {
+            return Err(invalid("monitor.refresh_seconds", "must be at least 1"));
+        }
+        for (i, t) in self.auth.tokens.iter().enumerate() {
+            let key = format!("auth.tokens[{i}]");
+            if t.role != "nifi" && t.role != "operator" {
+                return Err(invalid(&format!("{key}.role"), format!("{:?} is not nifi or operator", t.role)));
+            }
+            if !is_digest(&t.sha256) {
+                return Err(invalid(&format!("{key}.sha256"), "must be 64 hex characters (SHA-256 of the token)"));
+            }
+            let name_ok = (1..=100).contains(&t.name.chars().count())
+                && t.name.chars().all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
+            if !name_ok {
+                return Err(invalid(&format!("{key}.name"), "must be 1..100 characters of [A-Za-z0-9._@:/-]"));
+            }
+        }
+        for (role, list) in [("nifi", &self.auth.token_digests.nifi), ("operator", &self.auth.token_digests.operator)] {
+            for (i, d) in list.iter().enumerate() {
+                if !is_digest(d) {
+                    return Err(invalid(&format!("auth.token_digests.{role}[{i}]"), "must be 64 hex characters"));
+                }
+            }
+        }
+        match &self.database.url {
+            None => return Err(invalid("database.url", "is required (or set DATABASE_URL)")),
+            Some(u) if normalize_database_url(u).is_none() => {
+                return Err(invalid("database.url", "must be a postgres:// or postgresql:// URL"));
+            }
+            _ => {}
+        }
+        if self.dispatch.lease.0.as_secs_f64() <= self.nifi.timeout_seconds {
+            return Err(invalid("dispatch.lease", "must exceed nifi.timeout_seconds"));
+        }
+        if self.dispatch.backoff_min.0 > self.dispatch.backoff_max.0 {
+            return Err(invalid("dispatch.backoff_min", "must not exceed dispatch.backoff_max"));
+        }
+        Ok(())
+    }
+
+    /// The database URL with a `postgresql+<driver>://` scheme reduced to `postgresql://`.
+    pub fn database_url(&self) -> String {
+        self.database.url.as_deref().and_then(normalize_database_url).unwrap_or_default()
+    }
+}
+
+fn is_digest(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+pub fn normalize_database_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let base = scheme.split('+').next()?;
+    matches!(base, "postgres" | "postgresql").then(|| format!("{base}://{rest}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = "database:\n  url: postgres://u@127.0.0.1/db\n";
+
+    fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_match_the_contract() {
+        let c = Config::from_sources(MINIMAL, &[]).unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.server.port, 8080);
+        assert_eq!(c.server.max_body_bytes, 16 * 1024 * 1024);
+        assert_eq!(c.database.tx_attempts, 3);
+        assert_eq!(c.recovery.stale, Dur::secs(5400));
+        assert_eq!(c.dispatch.lease, Dur::secs(60));
+        assert_eq!(c.cleanup.failed_retention, Dur::secs(14 * 86400));
+        assert_eq!(c.logging.format, "json");
+    }
+
+    #[test]
+    fn unknown_keys_are_refused_by_name() {
+        let e = Config::from_sources("server:\n  prot: 1\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("server"), "{e}");
+        assert!(e.contains("prot"), "{e}");
+        let e = Config::from_sources("sever: {}\n", &[]).unwrap_err().to_string();
+        assert!(e.contains("sever"), "{e}");
+        let e = Config::from_sources(MINIMAL, &env(&[("LCA_SERVER__PROT", "1")])).unwrap_err().to_string();
+        assert!(e.contains("prot"), "{e}");
+    }
+
+    #[test]
+    fn environment_overrides_file_and_database_url_is_the_last_fallback() {
+        let c = Config::from_sources(
+            "server:\n  port: 9000\n",
+            &env(&[("LCA_SERVER__PORT", "9100"), ("LCA_RECOVERY__MODE", "REISSUE"), ("DATABASE_URL", "postgres://x@h/d")]),
+        )
+        .unwrap();
+        assert_eq!(c.server.port, 9100);
+        assert_eq!(c.recovery.mode, RecoveryMode::Reissue);
+        assert_eq!(c.database.url.as_deref(), Some("postgres://x@h/d"));
+        let c = Config::from_sources(MINIMAL, &env(&[("DATABASE_URL", "postgres://other/d")])).unwrap();
+        assert_eq!(c.database.url.as_deref(), Some("postgres://u@127.0.0.1/db"));
+    }
+
+    #[test]
+    fn durations_in_every_form() {
+        assert_eq!(parse_duration("PT90M"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("P3D"), Some(Duration::from_secs(3 * 86400)));
+        assert_eq!(parse_duration("PT1H30M"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("90m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
+        assert_eq!(parse_duration("soon"), None);
+        assert_eq!(parse_duration("P"), None);
+    }
+
+    #[test]
+    fn startup_checks_name_the_key() {
+        let check = |yaml: &str| Config::from_sources(yaml, &[]).unwrap().validate().unwrap_err().to_string();
+        assert!(check("database: {url: 'postgres://h/d'}\nrecovery: {stale: 30m}\n").contains("recovery.stale"));
+        assert!(check("server: {port: 70000}\n").contains("server.port"));
+        assert!(check("{}").contains("database.url"));
+        assert!(check("database: {url: 'postgres://h/d'}\ndispatch: {lease: 5s}\n").contains("dispatch.lease"));
+        assert!(check("database: {url: 'postgres://h/d'}\nlogging: {stdout: false}\n").contains("logging.stdout"));
+        assert!(check("database: {url: 'postgres://h/d'}\nlogging: {level: LOUD}\n").contains("logging.level"));
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nauth: {tokens: [{name: a, role: admin, sha256: x}]}\n")
+                .contains("auth.tokens[0].role")
+        );
+        assert!(check("database: {url: 'mysql://h/d'}\n").contains("database.url"));
+    }
+
+    #[test]
+    fn driver_suffix_is_ignored() {
+        assert_eq!(normalize_database_url("postgresql+psycopg://u@h/d").as_deref(), Some("postgresql://u@h/d"));
+        assert_eq!(normalize_database_url("mysql://h"), None);
+    }
+}

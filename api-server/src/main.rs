@@ -1,0 +1,102 @@
+//! `load-control-api`: the NiFi- and operator-facing HTTP API of load-control.
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use load_control_api::config::{Config, config_path};
+use load_control_api::{auth, logging, server};
+use std::io::Read;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(name = "load-control-api", version, about = "load-control HTTP API: decides, exactly once, the state of NiFi Oracle→Hive loads.",
+    long_about = "load-control HTTP API.\n\nConfiguration: --config PATH, else $LCA_CONFIG, else ./config/config.yaml. \
+Any key can be overridden with LCA_<SECTION>__<KEY> (e.g. LCA_SERVER__PORT=9090); DATABASE_URL supplies \
+database.url when nothing else does. Unknown keys refuse to start.")]
+struct Cli {
+    /// YAML configuration file.
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API.
+    Serve {
+        /// Apply pending migrations before listening.
+        #[arg(long)]
+        migrate: bool,
+        /// Override server.host.
+        #[arg(long)]
+        host: Option<String>,
+        /// Override server.port.
+        #[arg(long)]
+        port: Option<i64>,
+    },
+    /// Apply the ledger schema migrations (schema nifi_ops); safe to run twice or concurrently.
+    Migrate,
+    /// Print the SHA-256 digest of a token read from standard input (for auth.tokens[].sha256).
+    HashToken,
+}
+
+fn load(cli: &Cli) -> anyhow::Result<Config> {
+    let path = config_path(cli.config.as_deref());
+    let config = Config::load(&path, std::env::vars())?;
+    Ok(config)
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match &cli.command {
+        Command::HashToken => {
+            let mut token = String::new();
+            std::io::stdin().read_to_string(&mut token).context("reading the token from stdin")?;
+            let token = token.trim_end_matches(['\r', '\n']);
+            anyhow::ensure!(!token.is_empty(), "no token on standard input");
+            println!("{}", auth::sha256_hex(token));
+            Ok(())
+        }
+        Command::Migrate => {
+            let config = load(&cli)?;
+            config.validate()?;
+            logging::init(&config.logging);
+            let url = config.database.migration_url.clone().unwrap_or_else(|| config.database_url());
+            ledger::migrate::run_migrations(&url).await.context("applying migrations")?;
+            tracing::info!(event = "migrations_applied", "ledger schema is up to date");
+            Ok(())
+        }
+        Command::Serve { migrate, host, port } => {
+            let mut config = load(&cli)?;
+            if let Some(h) = host {
+                config.server.host = h.clone();
+            }
+            if let Some(p) = port {
+                config.server.port = *p;
+            }
+            config.validate()?;
+            logging::init(&config.logging);
+            if *migrate {
+                let url = config.database.migration_url.clone().unwrap_or_else(|| config.database_url());
+                ledger::migrate::run_migrations(&url).await.context("applying migrations")?;
+            }
+            let ledger = server::connect_ledger(&config).await.context("connecting to the database")?;
+            let addr = format!("{}:{}", config.server.host, config.server.port);
+            let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
+            let db = config.database_url().rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("").to_string();
+            tracing::info!(event = "api_started", host = %config.server.host, port = config.server.port, database = %db, "load-control API listening");
+            server::serve(config, ledger, listener, server::shutdown_signal()).await
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load-control-api: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,58 @@
+//! Running the API: database pool, listener, graceful shutdown.
+use crate::app::{AppState, service};
+use crate::config::Config;
+use ledger::{Ledger, LedgerConfig};
+use std::time::Duration;
+use tokio::net::TcpListener;
+
+pub fn ledger_config(c: &Config) -> LedgerConfig {
+    LedgerConfig { tx_attempts: c.database.tx_attempts.max(1), require_registered: c.jobs.require_registered }
+}
+
+pub async fn connect_ledger(c: &Config) -> anyhow::Result<Ledger> {
+    Ok(Ledger::connect(&c.database_url(), c.database.pool_size, c.database.max_overflow, ledger_config(c)).await?)
+}
+
+/// Serves until `shutdown` resolves, then gives in-flight requests `timeout_graceful_shutdown`.
+pub async fn serve(
+    config: Config,
+    ledger: Ledger,
+    listener: TcpListener,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let grace = Duration::from_secs_f64(config.server.timeout_graceful_shutdown.max(0.0));
+    if config.auth.tokens.is_empty() && config.auth.token_digests.nifi.is_empty() && config.auth.token_digests.operator.is_empty() {
+        tracing::warn!(event = "auth_unconfigured", "no auth tokens configured: every protected call answers 401/403");
+    }
+    let state = AppState::new(config, ledger);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = axum::serve(listener, service(state)).with_graceful_shutdown(async move {
+        shutdown.await;
+        let _ = stop_tx.send(true);
+    });
+    let mut stop_rx2 = stop_rx.clone();
+    tokio::select! {
+        r = server.into_future() => r?,
+        _ = async move {
+            let _ = stop_rx2.wait_for(|s| *s).await;
+            tokio::time::sleep(grace).await;
+        } => tracing::warn!(event = "shutdown_timeout", "in-flight requests did not finish within timeout_graceful_shutdown"),
+    }
+    drop(stop_rx);
+    Ok(())
+}
+
+/// SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = tokio::signal::ctrl_c() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = tokio::signal::ctrl_c().await;
+    tracing::info!(event = "shutdown_requested", "shutting down");
+}

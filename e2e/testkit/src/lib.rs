@@ -1,0 +1,108 @@
+//! Test support shared by every crate's integration tests: a fresh, migrated database per test on
+//! the private PostgreSQL that `scripts/pg-up` starts (never a mock of the ledger).
+//!
+//! The admin URL comes from `LC_TEST_PG_URL`, else from `.pgdata/url` of this checkout. Each test
+//! database is cloned from a template migrated once per migration set, so a test costs one
+//! `CREATE DATABASE`, not a migration run.
+use ledger::{Ledger, LedgerConfig};
+use sqlx::{Connection, PgConnection};
+use std::path::PathBuf;
+use tokio::sync::OnceCell;
+use uuid::Uuid;
+
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+}
+
+fn admin_url() -> String {
+    if let Ok(url) = std::env::var("LC_TEST_PG_URL") {
+        return url;
+    }
+    let file = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.pgdata/url");
+    match std::fs::read_to_string(&file) {
+        Ok(url) => url.trim().to_string(),
+        Err(_) => panic!(
+            "no test PostgreSQL: run `scripts/pg-up` (or set LC_TEST_PG_URL to an admin URL); looked for {}",
+            file.display()
+        ),
+    }
+}
+
+fn db_url(admin: &str, db: &str) -> String {
+    let (base, _) = admin.rsplit_once('/').expect("admin URL has a database path");
+    format!("{base}/{db}")
+}
+
+static TEMPLATE: OnceCell<String> = OnceCell::const_new();
+
+/// Name of the template database for the current migration set, created on first use.
+async fn template(admin: &str) -> String {
+    TEMPLATE
+        .get_or_init(|| async {
+            let mut sum: u64 = 0xcbf29ce484222325;
+            for m in ledger::migrate::MIGRATOR.iter() {
+                for b in m.checksum.iter().chain(&m.version.to_be_bytes()) {
+                    sum = (sum ^ *b as u64).wrapping_mul(0x100000001b3);
+                }
+            }
+            let name = format!("lc_tpl_{sum:016x}");
+            let mut conn = PgConnection::connect(admin).await.expect("connect to the test PostgreSQL");
+            // Serializes template creation across test binaries running at once.
+            sqlx::query("SELECT pg_advisory_lock(hashtext('lc_testkit_template'))").execute(&mut conn).await.unwrap();
+            let exists: Option<(i32,)> = sqlx::query_as("SELECT 1 FROM pg_database WHERE datname = $1")
+                .bind(&name)
+                .fetch_optional(&mut conn)
+                .await
+                .unwrap();
+            if exists.is_none() {
+                // Databases of earlier runs are dropped here (those still in use refuse, and stay).
+                let old: Vec<(String,)> =
+                    sqlx::query_as("SELECT datname FROM pg_database WHERE datname LIKE 't\\_%' OR datname LIKE 'lc\\_tpl\\_%'")
+                        .fetch_all(&mut conn)
+                        .await
+                        .unwrap();
+                for (db,) in old {
+                    let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{db}\""))).execute(&mut conn).await;
+                }
+                let build = format!("{name}_build");
+                sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{build}\""))).execute(&mut conn).await.unwrap();
+                sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{build}\""))).execute(&mut conn).await.unwrap();
+                ledger::migrate::run_migrations(&db_url(admin, &build)).await.expect("migrate the template");
+                sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE \"{build}\" RENAME TO \"{name}\"")))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            sqlx::query("SELECT pg_advisory_unlock(hashtext('lc_testkit_template'))").execute(&mut conn).await.unwrap();
+            name
+        })
+        .await
+        .clone()
+}
+
+impl TestDb {
+    /// A new database with the whole ledger schema, for one test.
+    pub async fn fresh() -> TestDb {
+        let admin = admin_url();
+        let tpl = template(&admin).await;
+        let name = format!("t_{}", Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\" TEMPLATE \"{tpl}\" STRATEGY FILE_COPY")))
+            .execute(&mut conn)
+            .await
+            .expect("create the test database");
+        let url = db_url(&admin, &name);
+        TestDb { name, url }
+    }
+
+    /// A ledger on this database with `pool` connections.
+    pub async fn ledger(&self, pool: u32, config: LedgerConfig) -> Ledger {
+        Ledger::connect(&self.url, pool, 0, config).await.expect("connect the ledger")
+    }
+
+    /// A plain connection, for asserting on ledger rows.
+    pub async fn conn(&self) -> PgConnection {
+        PgConnection::connect(&self.url).await.expect("connect to the test database")
+    }
+}

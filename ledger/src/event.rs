@@ -1,0 +1,139 @@
+//! Rows of `load_event` (CONTRACT §8), always inserted in the transaction of the change they record.
+use crate::error::LedgerResult;
+use crate::store::RunRow;
+use crate::text::cut;
+use serde_json::{Value, json};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Level {
+    Info,
+    Warn,
+    Error,
+}
+
+impl Level {
+    fn as_str(self) -> &'static str {
+        match self {
+            Level::Info => "INFO",
+            Level::Warn => "WARN",
+            Level::Error => "ERROR",
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Event {
+    level: Level,
+    name: &'static str,
+    run_id: Option<Uuid>,
+    job_key: Option<String>,
+    business_key: Option<String>,
+    partition_id: Option<String>,
+    attempt_no: Option<i32>,
+    row_count: Option<i64>,
+    error_class: Option<String>,
+    error_code: Option<String>,
+    message: Option<String>,
+    details: Value,
+}
+
+impl Event {
+    pub fn new(level: Level, name: &'static str) -> Self {
+        Event {
+            level,
+            name,
+            run_id: None,
+            job_key: None,
+            business_key: None,
+            partition_id: None,
+            attempt_no: None,
+            row_count: None,
+            error_class: None,
+            error_code: None,
+            message: None,
+            details: json!({}),
+        }
+    }
+
+    /// Run id, job key and business key of the run (the usual case, §8).
+    pub fn run(mut self, run: &RunRow) -> Self {
+        self.run_id = Some(run.run_id);
+        self.job_key = Some(run.job_key.clone());
+        self.business_key = Some(run.business_key.clone());
+        self
+    }
+
+
+    pub fn partition(mut self, pid: &str) -> Self {
+        self.partition_id = Some(pid.to_string());
+        self
+    }
+
+    pub fn rows(mut self, n: Option<i64>) -> Self {
+        self.row_count = n;
+        self
+    }
+
+    pub fn attempt(mut self, n: Option<i32>) -> Self {
+        self.attempt_no = n;
+        self
+    }
+
+    pub fn error_class(mut self, c: &str) -> Self {
+        self.error_class = Some(cut(c, 40));
+        self
+    }
+
+    pub fn code(mut self, c: &str) -> Self {
+        self.error_code = Some(cut(c, 100));
+        self
+    }
+
+    pub fn message(mut self, m: &str) -> Self {
+        self.message = crate::text::message(m);
+        self
+    }
+
+
+    pub fn details(mut self, d: Value) -> Self {
+        self.details = d;
+        self
+    }
+
+    /// Adds `abortedPartitions` when partitions were closed with the run (§2.2).
+    pub fn aborted(mut self, n: u64) -> Self {
+        if n > 0 {
+            self.details["abortedPartitions"] = json!(n);
+        }
+        self
+    }
+
+
+    pub async fn insert(self, conn: &mut PgConnection) -> LedgerResult<()> {
+        let processor = self.name.to_lowercase();
+        sqlx::query(
+            "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key, \
+               partition_id, process_group, processor_name, attempt_no, row_count, error_class, error_code, message, details) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, 'LOAD_CONTROL_API', $8, $9, $10, $11, $12, $13, $14)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(self.level.as_str())
+        .bind(self.name)
+        .bind(self.run_id)
+        .bind(self.job_key)
+        .bind(self.business_key)
+        .bind(self.partition_id)
+        .bind(processor)
+        .bind(self.attempt_no)
+        .bind(self.row_count)
+        .bind(self.error_class)
+        .bind(self.error_code)
+        .bind(self.message)
+        .bind(sqlx::types::Json(self.details))
+        .execute(&mut *conn)
+        .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,27 @@
+//! The load-control ledger: the domain (run, partition and dispatch state machines, manifest
+//! invariants, chunk gate) and the PostgreSQL store that applies it as compare-and-set
+//! transactions. Everything that decides lives here; nothing here knows HTTP or Kubernetes.
+pub mod decimal;
+pub mod error;
+pub mod event;
+pub mod gate;
+pub mod json;
+pub mod manifest;
+pub mod migrate;
+pub mod ops;
+pub mod status;
+pub mod store;
+pub mod text;
+
+pub use decimal::Decimal38;
+pub use error::{LedgerError, LedgerResult};
+pub use manifest::{Manifest, ManifestPartition};
+pub use ops::chunk::{ChunkOutcome, ChunkReport, ChunkResult};
+pub use ops::claim::ClaimOutcome;
+pub use ops::create::{CreatedRun, NewRun};
+pub use ops::manifest::{DispatchPartition, ManifestOutcome};
+pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
+pub use ops::read::{RunDetail, RunFilter, RunSummary};
+pub use ops::run_fail::{RunFailOutcome, RunFailure};
+pub use status::{DispatchStatus, DispatchType, PartitionStatus, RunStatus};
+pub use store::{Ledger, LedgerConfig, LockWaitObserver};

@@ -1,0 +1,335 @@
+//! `POST /v1/runs/{run_id}/partitions/{partition_id}/chunks` (CONTRACT §4.7, §5.3): record a chunk,
+//! judge the partition with the chunk gate, and complete the extraction exactly once.
+//!
+//! Reports hold the run row FOR KEY SHARE so that reports of sibling partitions never wait for each
+//! other; a verdict that ends the run rolls back and re-runs under FOR UPDATE (§5.3 rule 6).
+use super::claim::lock_partition;
+use super::complete::complete_extraction;
+use super::end::{RunEnd, end_run};
+use crate::error::{LedgerError, LedgerResult};
+use crate::event::{Event, Level};
+use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
+use crate::status::{PartitionStatus, RunStatus};
+use crate::store::{Ledger, RunLock, touch_run_heartbeat, transaction};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct ChunkReport {
+    pub claim_token: Uuid,
+    pub chunk_index: i32,
+    pub chunk_count: i32,
+    pub fragment_identifier: Option<String>,
+    pub hdfs_path: String,
+    pub record_count: i64,
+    pub byte_count: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ChunkOutcome {
+    pub recorded: bool,
+    pub partition_status: PartitionStatus,
+    pub run_status: RunStatus,
+    pub received_chunks: i64,
+    pub chunk_count: i32,
+    pub validation_scheduled: bool,
+    /// How the report was counted (`lca_chunk_reports_total{result}`); not part of the response.
+    #[serde(skip)]
+    pub result: ChunkResult,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkResult {
+    Progress,
+    Ignored,
+    PartitionSuccess,
+    RunComplete,
+    Failed,
+}
+
+impl ChunkResult {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ChunkResult::Progress => "progress",
+            ChunkResult::Ignored => "ignored",
+            ChunkResult::PartitionSuccess => "partition_success",
+            ChunkResult::RunComplete => "run_complete",
+            ChunkResult::Failed => "failed",
+        }
+    }
+}
+
+/// The run directory check (§4.7 step 4): below `<hdfs_run_path>/`, no `..` segment.
+pub fn path_inside_run(run_path: Option<&str>, hdfs_path: &str) -> bool {
+    match run_path {
+        Some(root) => {
+            hdfs_path.starts_with(&format!("{root}/")) && !hdfs_path.split('/').any(|seg| seg == "..")
+        }
+        None => false,
+    }
+}
+
+#[derive(sqlx::FromRow)]
+struct StoredChunk {
+    fragment_count: i32,
+    hdfs_path: String,
+    record_count: i64,
+    byte_count: Option<i64>,
+}
+
+#[derive(sqlx::FromRow)]
+struct AggregateRow {
+    files: i64,
+    lo: Option<i32>,
+    hi: Option<i32>,
+    rows: String,
+    bytes: Option<String>,
+    distinct_counts: i64,
+}
+
+impl Ledger {
+    pub async fn report_chunk(&self, run_id: Uuid, pid: &str, r: &ChunkReport) -> LedgerResult<ChunkOutcome> {
+        if r.chunk_index >= r.chunk_count {
+            return Err(LedgerError::ChunkIndexOutOfRange);
+        }
+        match transaction!(self, |conn| self.report_chunk_once(conn, run_id, pid, r, RunLock::Shared)) {
+            Err(LedgerError::Escalate) => {
+                transaction!(self, |conn| self.report_chunk_once(conn, run_id, pid, r, RunLock::Exclusive))
+            }
+            other => other,
+        }
+    }
+
+    async fn report_chunk_once(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        run_id: Uuid,
+        pid: &str,
+        r: &ChunkReport,
+        mode: RunLock,
+    ) -> LedgerResult<ChunkOutcome> {
+        let run = self.lock_run(conn, run_id, mode).await?;
+        let part = lock_partition(conn, run_id, pid).await?;
+        if part.claim_token != Some(r.claim_token) {
+            return Err(LedgerError::ClaimMismatch);
+        }
+        if !path_inside_run(run.hdfs_run_path.as_deref(), &r.hdfs_path) {
+            return Err(LedgerError::HdfsPathOutsideRun);
+        }
+        let stored: Option<StoredChunk> = sqlx::query_as(
+            "SELECT fragment_count, hdfs_path, record_count, byte_count FROM nifi_ops.load_file \
+              WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3",
+        )
+        .bind(run_id)
+        .bind(pid)
+        .bind(r.chunk_index)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let changed = match &stored {
+            None => true,
+            Some(s) => {
+                s.fragment_count != r.chunk_count
+                    || s.hdfs_path != r.hdfs_path
+                    || s.record_count != r.record_count
+                    || s.byte_count != r.byte_count
+            }
+        };
+        sqlx::query(
+            "INSERT INTO nifi_ops.load_file (run_id, partition_id, chunk_index, fragment_identifier, fragment_count, \
+               hdfs_path, record_count, byte_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+             ON CONFLICT (run_id, partition_id, chunk_index) DO UPDATE SET \
+               fragment_identifier = EXCLUDED.fragment_identifier, fragment_count = EXCLUDED.fragment_count, \
+               hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
+               status = 'WRITTEN', updated_at = clock_timestamp()",
+        )
+        .bind(run_id)
+        .bind(pid)
+        .bind(r.chunk_index)
+        .bind(&r.fragment_identifier)
+        .bind(r.chunk_count)
+        .bind(&r.hdfs_path)
+        .bind(r.record_count)
+        .bind(r.byte_count)
+        .execute(&mut *conn)
+        .await?;
+        let part_status = part.status()?;
+        if part_status == PartitionStatus::Success && changed {
+            return Err(LedgerError::ChunkConflict);
+        }
+        sqlx::query("UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() WHERE run_id = $1 AND partition_id = $2")
+            .bind(run_id)
+            .bind(pid)
+            .execute(&mut *conn)
+            .await?;
+        let a: AggregateRow = sqlx::query_as(
+            "SELECT count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
+                    COALESCE(sum(record_count), 0)::text AS rows, sum(byte_count)::text AS bytes, \
+                    count(DISTINCT fragment_count) AS distinct_counts \
+               FROM nifi_ops.load_file WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN'",
+        )
+        .bind(run_id)
+        .bind(pid)
+        .fetch_one(&mut *conn)
+        .await?;
+        let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
+        let agg = ChunkAggregate {
+            files: a.files,
+            lo: a.lo,
+            hi: a.hi,
+            rows: a.rows.parse().map_err(|_| corrupt("rows"))?,
+            bytes: a.bytes.map(|b| b.parse()).transpose().map_err(|_| corrupt("bytes"))?,
+            distinct_counts: a.distinct_counts,
+        };
+        let run_status = run.status()?;
+        let mut out = ChunkOutcome {
+            recorded: true,
+            partition_status: part_status,
+            run_status,
+            received_chunks: agg.files,
+            chunk_count: r.chunk_count,
+            validation_scheduled: false,
+            result: ChunkResult::Progress,
+        };
+        if run_status != RunStatus::Extracting || part_status != PartitionStatus::Running {
+            // Recorded only: late chunks still count for cleanup accounting.
+            out.result = ChunkResult::Ignored;
+        } else if gate_due(&agg, r.chunk_count.into()) {
+            match judge_chunk_gate(&agg, r.chunk_count.into(), part.expected_row_count) {
+                GateVerdict::Success => self.partition_succeeded(conn, &run, pid, r, &agg, &mut out).await?,
+                GateVerdict::Mismatch(_) if mode == RunLock::Shared => return Err(LedgerError::Escalate),
+                GateVerdict::Mismatch(text) => {
+                    self.partition_mismatched(conn, &run, pid, &text).await?;
+                    out.partition_status = PartitionStatus::Failed;
+                    out.run_status = RunStatus::FailedExtract;
+                    out.result = ChunkResult::Failed;
+                    return Ok(out);
+                }
+            }
+        }
+        if mode == RunLock::Shared {
+            touch_run_heartbeat(conn, run_id).await?;
+        } else {
+            sqlx::query("UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1")
+                .bind(run_id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(out)
+    }
+
+    async fn partition_succeeded(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        run: &crate::store::RunRow,
+        pid: &str,
+        r: &ChunkReport,
+        agg: &ChunkAggregate,
+        out: &mut ChunkOutcome,
+    ) -> LedgerResult<()> {
+        let rows = i64::try_from(agg.rows).map_err(|_| LedgerError::Corrupt("rows".into()))?;
+        let bytes = agg.bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
+        let won = sqlx::query(
+            "UPDATE nifi_ops.load_partition SET status = 'SUCCESS', actual_row_count = $4, file_count = $5, \
+                fragment_count = $5, byte_count = $6, completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
+              WHERE run_id = $1 AND partition_id = $2 AND status = 'RUNNING' AND claim_token = $3",
+        )
+        .bind(run.run_id)
+        .bind(pid)
+        .bind(r.claim_token)
+        .bind(rows)
+        .bind(agg.files as i32)
+        .bind(bytes)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+        if !won {
+            return Err(LedgerError::Corrupt("partition changed under its row lock".into()));
+        }
+        // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3 rule 3).
+        let counts: Option<(i32, Option<i32>)> = sqlx::query_as(
+            "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1 \
+              WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
+        )
+        .bind(run.run_id)
+        .fetch_optional(&mut *conn)
+        .await?;
+        let Some((done, expected)) = counts else {
+            // The run left EXTRACTING although we hold it FOR KEY SHARE: decide under FOR UPDATE.
+            return Err(LedgerError::Escalate);
+        };
+        Event::new(Level::Info, "PARTITION_SUCCESS")
+            .run(run)
+            .partition(pid)
+            .rows(Some(rows))
+            .details(json!({"files": agg.files, "bytes": bytes}))
+            .insert(conn)
+            .await?;
+        out.partition_status = PartitionStatus::Success;
+        out.result = ChunkResult::PartitionSuccess;
+        if Some(done) == expected && complete_extraction(conn, run).await? {
+            out.run_status = RunStatus::ExtractedValidated;
+            out.validation_scheduled = true;
+            out.result = ChunkResult::RunComplete;
+        }
+        Ok(())
+    }
+
+    /// Gate mismatch, written only under the run row's FOR UPDATE (§5.3 rule 6).
+    async fn partition_mismatched(&self, conn: &mut sqlx::PgConnection, run: &crate::store::RunRow, pid: &str, text: &str) -> LedgerResult<()> {
+        sqlx::query(
+            "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = 'ROW_COUNT_MISMATCH', error_message = $3, \
+                completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
+              WHERE run_id = $1 AND partition_id = $2",
+        )
+        .bind(run.run_id)
+        .bind(pid)
+        .bind(text)
+        .execute(&mut *conn)
+        .await?;
+        sqlx::query("UPDATE nifi_ops.load_run SET failed_partition_count = failed_partition_count + 1 WHERE run_id = $1")
+            .bind(run.run_id)
+            .execute(&mut *conn)
+            .await?;
+        Event::new(Level::Error, "PARTITION_FAILED")
+            .run(run)
+            .partition(pid)
+            .code("ROW_COUNT_MISMATCH")
+            .message(text)
+            .insert(conn)
+            .await?;
+        let run_message = format!("partition {pid}: {text}");
+        let end = RunEnd { to: RunStatus::FailedExtract, stage: "PARTITION_GATE", code: "ROW_COUNT_MISMATCH", message: &run_message };
+        let aborted = end_run(conn, run.run_id, RunStatus::Extracting, end)
+            .await?
+            .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
+        Event::new(Level::Error, "RUN_FAILED")
+            .run(run)
+            .partition(pid)
+            .code("ROW_COUNT_MISMATCH")
+            .message(&run_message)
+            .details(json!({"stage": "PARTITION_GATE", "from": RunStatus::Extracting, "to": RunStatus::FailedExtract}))
+            .aborted(aborted)
+            .insert(conn)
+            .await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_paths_must_stay_below_the_run_directory() {
+        let root = Some("/data/J/run_id=1");
+        assert!(path_inside_run(root, "/data/J/run_id=1/p=0000/part-0.parquet"));
+        assert!(path_inside_run(root, "/data/J/run_id=1/x"));
+        assert!(!path_inside_run(root, "/data/J/run_id=1"));
+        assert!(!path_inside_run(root, "/data/J/run_id=10/x"));
+        assert!(!path_inside_run(root, "/data/J/run_id=1/../run_id=2/x"));
+        assert!(!path_inside_run(None, "/data/J/run_id=1/x"));
+    }
+}

@@ -1,0 +1,102 @@
+//! `POST /v1/runs/{run_id}/partitions/{partition_id}/claim` (CONTRACT §4.6): the partition row
+//! lock decides ownership; the run row is only held FOR KEY SHARE.
+use crate::error::{LedgerError, LedgerResult};
+use crate::event::{Event, Level};
+use crate::status::{PartitionStatus, RunStatus};
+use crate::store::{Ledger, RunLock, touch_run_heartbeat, transaction};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimOutcome {
+    pub claimed: bool,
+    pub run_status: RunStatus,
+    pub partition_status: PartitionStatus,
+    pub attempt: i32,
+}
+
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PartitionLockRow {
+    pub status: String,
+    pub claim_token: Option<Uuid>,
+    pub attempt_count: i32,
+    pub expected_row_count: i64,
+}
+
+impl PartitionLockRow {
+    pub fn status(&self) -> LedgerResult<PartitionStatus> {
+        PartitionStatus::parse(&self.status).ok_or_else(|| LedgerError::Corrupt(format!("partition status {}", self.status)))
+    }
+}
+
+pub(crate) async fn lock_partition(conn: &mut sqlx::PgConnection, run_id: Uuid, pid: &str) -> LedgerResult<PartitionLockRow> {
+    sqlx::query_as(
+        "SELECT status, claim_token, attempt_count, expected_row_count FROM nifi_ops.load_partition \
+          WHERE run_id = $1 AND partition_id = $2 FOR UPDATE",
+    )
+    .bind(run_id)
+    .bind(pid)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(LedgerError::PartitionNotFound)
+}
+
+impl Ledger {
+    pub async fn claim_partition(&self, run_id: Uuid, pid: &str, token: Uuid, worker: &str) -> LedgerResult<ClaimOutcome> {
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Shared).await?;
+            let part = lock_partition(conn, run_id, pid).await?;
+            let run_status = run.status()?;
+            let status = part.status()?;
+            let refused = |partition_status| ClaimOutcome { claimed: false, run_status, partition_status, attempt: part.attempt_count };
+            if run_status != RunStatus::Extracting {
+                return Ok(refused(status));
+            }
+            if status == PartitionStatus::Running && part.claim_token == Some(token) {
+                // The same worker again: its previous answer was lost.
+                sqlx::query("UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() WHERE run_id = $1 AND partition_id = $2")
+                    .bind(run_id)
+                    .bind(pid)
+                    .execute(&mut *conn)
+                    .await?;
+                return Ok(ClaimOutcome { claimed: true, run_status, partition_status: status, attempt: part.attempt_count });
+            }
+            if !matches!(status, PartitionStatus::Pending | PartitionStatus::Retry) {
+                return Ok(refused(status));
+            }
+            let (attempt,): (i32,) = sqlx::query_as(
+                "UPDATE nifi_ops.load_partition SET status = 'RUNNING', claim_token = $3, worker_node = $4, \
+                    attempt_count = attempt_count + 1, started_at = COALESCE(started_at, clock_timestamp()), \
+                    heartbeat_at = clock_timestamp(), error_code = NULL, error_message = NULL \
+                  WHERE run_id = $1 AND partition_id = $2 RETURNING attempt_count",
+            )
+            .bind(run_id)
+            .bind(pid)
+            .bind(token)
+            .bind(worker)
+            .fetch_one(&mut *conn)
+            .await?;
+            if status == PartitionStatus::Retry {
+                // The reissue reached a worker: its dispatches are acknowledged (§6.6).
+                sqlx::query(
+                    "UPDATE nifi_ops.load_dispatch SET status = 'ACKED', acked_at = clock_timestamp() \
+                      WHERE run_id = $1 AND partition_id = $2 AND dispatch_type = 'REISSUE_PARTITION' AND status <> 'ACKED'",
+                )
+                .bind(run_id)
+                .bind(pid)
+                .execute(&mut *conn)
+                .await?;
+            }
+            Event::new(Level::Info, "PARTITION_STARTED")
+                .run(&run)
+                .partition(pid)
+                .details(json!({"workerNode": worker, "attempt": attempt}))
+                .insert(conn)
+                .await?;
+            touch_run_heartbeat(conn, run_id).await?;
+            Ok(ClaimOutcome { claimed: true, run_status, partition_status: PartitionStatus::Running, attempt })
+        })
+    }
+}

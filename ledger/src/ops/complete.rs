@@ -1,0 +1,44 @@
+//! The completion CAS (CONTRACT §5.4): exactly one caller moves the run to EXTRACTED_VALIDATED and
+//! enqueues its one VALIDATE_RUN dispatch.
+use crate::error::LedgerResult;
+use crate::event::{Event, Level};
+use crate::store::{RunRow, notify_dispatch, notify_run};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+/// Must run while this transaction holds the run row's write lock (the manifest's FOR UPDATE, or
+/// the chunk report's `success_partition_count + 1`), so the recount sees every committed success.
+pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -> LedgerResult<bool> {
+    let won = sqlx::query(
+        "UPDATE nifi_ops.load_run r \
+            SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows, \
+                extract_completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(), \
+                version_no = r.version_no + 1 \
+           FROM (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok, \
+                        COALESCE(sum(actual_row_count), 0) AS rows \
+                   FROM nifi_ops.load_partition WHERE run_id = $1) p \
+          WHERE r.run_id = $1 AND r.status = 'EXTRACTING' \
+            AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count \
+            AND p.rows = r.source_count",
+    )
+    .bind(run.run_id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected()
+        == 1;
+    if !won {
+        return Ok(false);
+    }
+    sqlx::query(
+        "INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type) VALUES ($1, $2, 'VALIDATE_RUN') \
+         ON CONFLICT (run_id) WHERE dispatch_type = 'VALIDATE_RUN' DO NOTHING",
+    )
+    .bind(Uuid::new_v4())
+    .bind(run.run_id)
+    .execute(&mut *conn)
+    .await?;
+    notify_dispatch(conn, &run.run_id.to_string()).await?;
+    notify_run(conn, run.run_id).await?;
+    Event::new(Level::Info, "EXTRACT_VALIDATED").run(run).rows(run.source_count).insert(conn).await?;
+    Ok(true)
+}

@@ -1,0 +1,100 @@
+//! `POST /v1/runs/{run_id}/partitions/{partition_id}/fail` (CONTRACT §4.8): the owner's final word
+//! on its partition, which ends an extracting run.
+use super::claim::lock_partition;
+use super::end::{RunEnd, end_run};
+use crate::error::{LedgerError, LedgerResult};
+use crate::event::{Event, Level};
+use crate::status::{PartitionStatus, RunStatus, is_snapshot_failure};
+use crate::store::{Ledger, RunLock, transaction};
+use crate::text::{cut, message};
+use serde::Serialize;
+use serde_json::json;
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct PartitionFailure {
+    pub claim_token: Uuid,
+    pub error_stage: String,
+    pub error_class: String,
+    pub error_code: String,
+    pub message: String,
+    pub attempt: Option<i32>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct PartitionFailOutcome {
+    pub partition_status: PartitionStatus,
+    pub run_status: RunStatus,
+    pub changed: bool,
+}
+
+impl Ledger {
+    pub async fn fail_partition(&self, run_id: Uuid, pid: &str, f: &PartitionFailure) -> LedgerResult<PartitionFailOutcome> {
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let part = lock_partition(conn, run_id, pid).await?;
+            if part.claim_token != Some(f.claim_token) {
+                return Err(LedgerError::ClaimMismatch);
+            }
+            let run_status = run.status()?;
+            let status = part.status()?;
+            match status {
+                PartitionStatus::Failed | PartitionStatus::Aborted => {
+                    return Ok(PartitionFailOutcome { partition_status: status, run_status, changed: false });
+                }
+                PartitionStatus::Running => {}
+                other => return Err(LedgerError::PartitionStatusMismatch { partition_status: other }),
+            }
+            sqlx::query(
+                "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = $3, error_message = $4, \
+                    completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
+                  WHERE run_id = $1 AND partition_id = $2",
+            )
+            .bind(run_id)
+            .bind(pid)
+            .bind(cut(&f.error_code, 100))
+            .bind(message(&f.message))
+            .execute(&mut *conn)
+            .await?;
+            sqlx::query("UPDATE nifi_ops.load_run SET failed_partition_count = failed_partition_count + 1 WHERE run_id = $1")
+                .bind(run_id)
+                .execute(&mut *conn)
+                .await?;
+            let stage = cut(&f.error_stage, 80);
+            Event::new(Level::Error, "PARTITION_FAILED")
+                .run(&run)
+                .partition(pid)
+                .error_class(&f.error_class)
+                .code(&f.error_code)
+                .message(&f.message)
+                .attempt(f.attempt)
+                .details(json!({"stage": stage, "attempt": f.attempt}))
+                .insert(conn)
+                .await?;
+            let mut out = PartitionFailOutcome { partition_status: PartitionStatus::Failed, run_status, changed: true };
+            if run_status == RunStatus::Extracting {
+                let to = if is_snapshot_failure(&f.error_code, &f.error_class) {
+                    RunStatus::FailedSnapshotExpired
+                } else {
+                    RunStatus::FailedExtract
+                };
+                let end = RunEnd { to, stage: &f.error_stage, code: &f.error_code, message: &f.message };
+                let aborted = end_run(conn, run_id, run_status, end)
+                    .await?
+                    .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
+                Event::new(Level::Error, "RUN_FAILED")
+                    .run(&run)
+                    .partition(pid)
+                    .code(&f.error_code)
+                    .message(&format!("partition {pid}: {}", f.message))
+                    .details(json!({"stage": stage, "from": run_status, "to": to}))
+                    .aborted(aborted)
+                    .insert(conn)
+                    .await?;
+                out.run_status = to;
+            }
+            Ok(out)
+        })
+    }
+}

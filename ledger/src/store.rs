@@ -1,0 +1,191 @@
+//! The PostgreSQL store: pool, whole-transaction retries (CONTRACT §3.9) and run locking (§3.10,
+//! §5.3). Every operation in `ops` runs through `transaction!` and takes its locks through here.
+use crate::error::{LedgerError, LedgerResult};
+use crate::status::RunStatus;
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgConnection, PgPool};
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+#[derive(Debug, Clone)]
+pub struct LedgerConfig {
+    /// Attempts per transaction on 40P01/40001, the first included (`database.tx_attempts`).
+    pub tx_attempts: u32,
+    /// `jobs.require_registered`: creating a run needs a non-removed `load_job` row.
+    pub require_registered: bool,
+}
+
+impl Default for LedgerConfig {
+    fn default() -> Self {
+        LedgerConfig { tx_attempts: 3, require_registered: false }
+    }
+}
+
+/// Observes how long partition calls wait for the run row (`lca_run_lock_wait_seconds`).
+pub trait LockWaitObserver: Send + Sync {
+    fn observe(&self, seconds: f64);
+}
+
+#[derive(Clone)]
+pub struct Ledger {
+    pub(crate) pool: PgPool,
+    pub(crate) config: LedgerConfig,
+    pub(crate) lock_wait: Option<std::sync::Arc<dyn LockWaitObserver>>,
+}
+
+impl Ledger {
+    pub fn new(pool: PgPool, config: LedgerConfig) -> Self {
+        Ledger { pool, config, lock_wait: None }
+    }
+
+    pub fn with_lock_wait_observer(mut self, o: std::sync::Arc<dyn LockWaitObserver>) -> Self {
+        self.lock_wait = Some(o);
+        self
+    }
+
+    /// Opens a pool of `size` connections (+ `overflow` opened on demand and closed when idle).
+    pub async fn connect(url: &str, size: u32, overflow: u32, config: LedgerConfig) -> LedgerResult<Self> {
+        let opts = PgConnectOptions::from_str(url)?.application_name("load-control");
+        let pool = PgPoolOptions::new()
+            .min_connections(size.min(2))
+            .max_connections(size + overflow)
+            .acquire_timeout(Duration::from_secs(10))
+            .idle_timeout(Duration::from_secs(60))
+            .connect_with(opts)
+            .await?;
+        Ok(Ledger::new(pool, config))
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    /// `SELECT 1`, for readiness probes.
+    pub async fn ping(&self) -> LedgerResult<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub(crate) fn backoff(attempt: u32) -> Duration {
+        Duration::from_millis(50 << (attempt - 1).min(6))
+    }
+}
+
+/// Runs `$body` (an expression using `$conn: &mut PgConnection`) in one READ COMMITTED transaction:
+/// commit on `Ok`, roll back on `Err`, and re-run the whole body on a deadlock or serialization
+/// failure, up to `tx_attempts` attempts (50 ms, 100 ms, … between them).
+macro_rules! transaction {
+    ($ledger:expr, |$conn:ident| $body:expr) => {{
+        let ledger: &$crate::store::Ledger = $ledger;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let outcome: $crate::error::LedgerResult<_> = async {
+                let mut tx = ledger.pool.begin().await?;
+                let value = {
+                    let $conn: &mut sqlx::PgConnection = &mut *tx;
+                    let body: $crate::error::LedgerResult<_> = $body.await;
+                    body?
+                };
+                tx.commit().await?;
+                Ok(value)
+            }
+            .await;
+            match outcome {
+                Err(e) if e.is_retryable() && attempt < ledger.config.tx_attempts => {
+                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
+                    tokio::time::sleep($crate::store::Ledger::backoff(attempt)).await;
+                }
+                other => break other,
+            }
+        }
+    }};
+}
+pub(crate) use transaction;
+
+/// How a transaction holds its run (§3.10, §5.3 rule 2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RunLock {
+    /// Reports and claims: `FOR KEY SHARE`, after a shared advisory lock.
+    Shared,
+    /// Everything that changes or ends the run: `FOR UPDATE`, after the exclusive advisory lock.
+    Exclusive,
+}
+
+/// The run key of the fairness lock (§5.3): a 64-bit hash of the run id, used in the two-int4
+/// advisory key space, which the leader and sweeper locks (`hashtext`, bigint space) never share.
+fn run_lock_key(run_id: Uuid) -> (i32, i32) {
+    let b = run_id.as_u128();
+    let h = (b >> 64) as u64 ^ b as u64;
+    ((h >> 32) as i32, h as i32)
+}
+
+/// The run columns every operation decides on.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct RunRow {
+    pub run_id: Uuid,
+    pub job_key: String,
+    pub business_key: String,
+    pub status: String,
+    pub source_count: Option<i64>,
+    pub hdfs_run_path: Option<String>,
+    pub parameters: sqlx::types::Json<serde_json::Value>,
+}
+
+pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, parameters";
+
+impl RunRow {
+    pub fn status(&self) -> LedgerResult<RunStatus> {
+        RunStatus::parse(&self.status).ok_or_else(|| LedgerError::Corrupt(format!("run status {}", self.status)))
+    }
+}
+
+impl Ledger {
+    /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.
+    pub(crate) async fn lock_run(&self, conn: &mut PgConnection, run_id: Uuid, mode: RunLock) -> LedgerResult<RunRow> {
+        let started = Instant::now();
+        let (k1, k2) = run_lock_key(run_id);
+        let (advisory, row_lock) = match mode {
+            RunLock::Shared => ("SELECT pg_advisory_xact_lock_shared($1, $2)", "FOR KEY SHARE"),
+            RunLock::Exclusive => ("SELECT pg_advisory_xact_lock($1, $2)", "FOR UPDATE"),
+        };
+        sqlx::query(advisory).bind(k1).bind(k2).execute(&mut *conn).await?;
+        let row: Option<RunRow> =
+            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 {row_lock}")))
+                .bind(run_id)
+                .fetch_optional(&mut *conn)
+                .await?;
+        if let Some(o) = &self.lock_wait {
+            o.observe(started.elapsed().as_secs_f64());
+        }
+        row.ok_or(LedgerError::RunNotFound)
+    }
+}
+
+/// `pg_notify('load_run', <run_id>)`: every run status change tells the LoadRun mirror (§3.9).
+pub(crate) async fn notify_run(conn: &mut PgConnection, run_id: Uuid) -> LedgerResult<()> {
+    sqlx::query("SELECT pg_notify('load_run', $1)").bind(run_id.to_string()).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// `pg_notify('load_dispatch', …)`: wakes the dispatcher when the transaction commits (§6.1).
+pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> LedgerResult<()> {
+    sqlx::query("SELECT pg_notify('load_dispatch', $1)").bind(payload).execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// The run-heartbeat refresh that ends a report or a new claim (§5.3 rule 5): skipped when fresh
+/// (< 1 s) or when another transaction holds the row's write lock, so it never queues.
+pub(crate) async fn touch_run_heartbeat(conn: &mut PgConnection, run_id: Uuid) -> LedgerResult<()> {
+    sqlx::query(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() \
+          WHERE run_id IN (SELECT run_id FROM nifi_ops.load_run \
+                            WHERE run_id = $1 AND heartbeat_at < clock_timestamp() - interval '1 second' \
+                              FOR NO KEY UPDATE SKIP LOCKED)",
+    )
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
