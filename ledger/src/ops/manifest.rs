@@ -67,12 +67,12 @@ impl Ledger {
             sqlx::query(
                 "INSERT INTO nifi_ops.load_partition (run_id, partition_id, lower_bound, upper_bound, upper_inclusive, \
                    is_null_partition, expected_row_count, status, actual_row_count, file_count, fragment_count, completed_at) \
-                 SELECT $1, t.id, t.lo::numeric, t.hi::numeric, t.incl, t.isnull, t.expected, \
+                 SELECT $1, t.id, t.lo::numeric, t.hi::numeric, t.incl, t.nullpart, t.expected, \
                         CASE WHEN t.expected = 0 THEN 'SUCCESS' ELSE 'PENDING' END, \
                         CASE WHEN t.expected = 0 THEN 0 END, CASE WHEN t.expected = 0 THEN 0 END, \
                         CASE WHEN t.expected = 0 THEN 0 END, CASE WHEN t.expected = 0 THEN clock_timestamp() END \
                    FROM unnest($2::text[], $3::text[], $4::text[], $5::bool[], $6::bool[], $7::bigint[]) \
-                        AS t(id, lo, hi, incl, isnull, expected)",
+                        AS t(id, lo, hi, incl, nullpart, expected)",
             )
             .bind(run_id)
             .bind(&ids)
