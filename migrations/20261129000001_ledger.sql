@@ -174,6 +174,172 @@ CREATE TABLE IF NOT EXISTS nifi_ops.leader_epoch (
     acquired_at timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- Bring an existing (v1) ledger up to date: every column and named constraint above, added when
+-- missing. Existing rows are kept; nothing is dropped.
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS run_id uuid;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS job_key varchar(200) NOT NULL;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS business_key varchar(200) NOT NULL;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS status varchar(40) NOT NULL;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS snapshot_scn numeric(38,0);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS source_count bigint;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS source_null_split_count bigint;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS source_min_split numeric(38,0);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS source_max_split numeric(38,0);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS expected_partition_count integer;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS success_partition_count integer NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS failed_partition_count integer NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS extracted_count bigint NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS staging_count bigint;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS target_count bigint;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS hdfs_run_path varchar(1000);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS stage_table_name varchar(255);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS publish_token uuid;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS retry_of_run_id uuid;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS version_no integer NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS parameters jsonb NOT NULL DEFAULT '{}'::jsonb;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS started_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS heartbeat_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS extract_completed_at timestamptz;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS publish_started_at timestamptz;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS published_at timestamptz;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS completed_at timestamptz;
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS error_stage varchar(80);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS error_code varchar(100);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS error_message varchar(2000);
+ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS cleaned_at timestamptz;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS run_id uuid NOT NULL;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS partition_id varchar(40) NOT NULL;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS lower_bound numeric(38,0);
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS upper_bound numeric(38,0);
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS upper_inclusive boolean NOT NULL DEFAULT false;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS is_null_partition boolean NOT NULL DEFAULT false;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS status varchar(20) NOT NULL DEFAULT 'PENDING';
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS expected_row_count bigint NOT NULL;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS actual_row_count bigint;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS fragment_count integer;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS file_count integer;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS byte_count bigint;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS claim_token uuid;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS worker_node varchar(200);
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS started_at timestamptz;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS heartbeat_at timestamptz;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS completed_at timestamptz;
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS error_code varchar(100);
+ALTER TABLE nifi_ops.load_partition ADD COLUMN IF NOT EXISTS error_message varchar(2000);
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS run_id uuid NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS partition_id varchar(40) NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS chunk_index integer NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS fragment_identifier varchar(100);
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS fragment_count integer NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS hdfs_path varchar(1500) NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS record_count bigint NOT NULL;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS byte_count bigint;
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS checksum varchar(128);
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS status varchar(20) NOT NULL DEFAULT 'WRITTEN';
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS written_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_file ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS run_id uuid NOT NULL;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS stage varchar(30) NOT NULL;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS metric_name varchar(150) NOT NULL;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS expected_value text;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS actual_value text;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS tolerance text;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS result varchar(10) NOT NULL;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS query_version varchar(50) NOT NULL;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS details jsonb NOT NULL DEFAULT '{}'::jsonb;
+ALTER TABLE nifi_ops.load_validation ADD COLUMN IF NOT EXISTS measured_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS dispatch_id uuid;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS run_id uuid NOT NULL;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS dispatch_type varchar(30) NOT NULL;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS partition_id varchar(40);
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS status varchar(20) NOT NULL DEFAULT 'PENDING';
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS attempt_count integer NOT NULL DEFAULT 0;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS next_attempt_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS last_http_status integer;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS last_error varchar(2000);
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS created_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS sent_at timestamptz;
+ALTER TABLE nifi_ops.load_dispatch ADD COLUMN IF NOT EXISTS acked_at timestamptz;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS event_id uuid;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS event_time timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS event_level varchar(10) NOT NULL;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS event_name varchar(80) NOT NULL;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS run_id uuid;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS job_key varchar(200);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS business_key varchar(200);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS partition_id varchar(40);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS chunk_index integer;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS process_group varchar(100);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS processor_name varchar(150);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS processor_id varchar(100);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS node_id varchar(200);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS attempt_no integer;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS row_count bigint;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS byte_count bigint;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS duration_ms bigint;
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS error_class varchar(40);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS error_code varchar(100);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS message varchar(2000);
+ALTER TABLE nifi_ops.load_event ADD COLUMN IF NOT EXISTS details jsonb NOT NULL DEFAULT '{}'::jsonb;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS job_key varchar(200);
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS suspended boolean NOT NULL DEFAULT false;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS settings jsonb NOT NULL DEFAULT '{}'::jsonb;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS source text;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS generation bigint;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS removed_at timestamptz;
+ALTER TABLE nifi_ops.load_job ADD COLUMN IF NOT EXISTS updated_at timestamptz NOT NULL DEFAULT clock_timestamp();
+ALTER TABLE nifi_ops.leader_epoch ADD COLUMN IF NOT EXISTS name text;
+ALTER TABLE nifi_ops.leader_epoch ADD COLUMN IF NOT EXISTS epoch bigint NOT NULL;
+ALTER TABLE nifi_ops.leader_epoch ADD COLUMN IF NOT EXISTS holder text NOT NULL;
+ALTER TABLE nifi_ops.leader_epoch ADD COLUMN IF NOT EXISTS acquired_at timestamptz NOT NULL DEFAULT clock_timestamp();
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_run_counts' AND conrelid = 'nifi_ops.load_run'::regclass) THEN
+        ALTER TABLE nifi_ops.load_run ADD CONSTRAINT ck_load_run_counts CHECK ( COALESCE(source_count, 0) >= 0 AND COALESCE(expected_partition_count, 0) >= 0 AND success_partition_count >= 0 AND failed_partition_count >= 0 AND extracted_count >= 0);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_partition_counts' AND conrelid = 'nifi_ops.load_partition'::regclass) THEN
+        ALTER TABLE nifi_ops.load_partition ADD CONSTRAINT ck_load_partition_counts CHECK ( expected_row_count >= 0 AND COALESCE(actual_row_count, 0) >= 0 AND COALESCE(fragment_count, 0) >= 0 AND COALESCE(file_count, 0) >= 0 AND COALESCE(byte_count, 0) >= 0 AND attempt_count >= 0);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_partition_bounds' AND conrelid = 'nifi_ops.load_partition'::regclass) THEN
+        ALTER TABLE nifi_ops.load_partition ADD CONSTRAINT ck_load_partition_bounds CHECK ( is_null_partition OR (lower_bound IS NOT NULL AND upper_bound IS NOT NULL AND lower_bound <= upper_bound));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'uq_load_file_path' AND conrelid = 'nifi_ops.load_file'::regclass) THEN
+        ALTER TABLE nifi_ops.load_file ADD CONSTRAINT uq_load_file_path UNIQUE (hdfs_path);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_file_status' AND conrelid = 'nifi_ops.load_file'::regclass) THEN
+        ALTER TABLE nifi_ops.load_file ADD CONSTRAINT ck_load_file_status CHECK (status IN ('WRITTEN', 'VERIFIED', 'FAILED'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_file_counts' AND conrelid = 'nifi_ops.load_file'::regclass) THEN
+        ALTER TABLE nifi_ops.load_file ADD CONSTRAINT ck_load_file_counts CHECK ( chunk_index >= 0 AND fragment_count > 0 AND record_count >= 0 AND COALESCE(byte_count, 0) >= 0);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_validation_stage' AND conrelid = 'nifi_ops.load_validation'::regclass) THEN
+        ALTER TABLE nifi_ops.load_validation ADD CONSTRAINT ck_load_validation_stage CHECK (stage IN ('SOURCE', 'PARTITION', 'HDFS', 'STAGING', 'TARGET'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_validation_result' AND conrelid = 'nifi_ops.load_validation'::regclass) THEN
+        ALTER TABLE nifi_ops.load_validation ADD CONSTRAINT ck_load_validation_result CHECK (result IN ('PASS', 'FAIL', 'WARN'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_dispatch_type' AND conrelid = 'nifi_ops.load_dispatch'::regclass) THEN
+        ALTER TABLE nifi_ops.load_dispatch ADD CONSTRAINT ck_load_dispatch_type CHECK (dispatch_type IN ('VALIDATE_RUN', 'REISSUE_PARTITION'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_dispatch_status' AND conrelid = 'nifi_ops.load_dispatch'::regclass) THEN
+        ALTER TABLE nifi_ops.load_dispatch ADD CONSTRAINT ck_load_dispatch_status CHECK (status IN ('PENDING', 'SENT', 'ACKED', 'DEAD'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_dispatch_partition' AND conrelid = 'nifi_ops.load_dispatch'::regclass) THEN
+        ALTER TABLE nifi_ops.load_dispatch ADD CONSTRAINT ck_load_dispatch_partition CHECK ( (dispatch_type = 'VALIDATE_RUN' AND partition_id IS NULL) OR (dispatch_type = 'REISSUE_PARTITION' AND partition_id IS NOT NULL));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_event_level' AND conrelid = 'nifi_ops.load_event'::regclass) THEN
+        ALTER TABLE nifi_ops.load_event ADD CONSTRAINT ck_load_event_level CHECK (event_level IN ('TRACE', 'DEBUG', 'INFO', 'WARN', 'ERROR'));
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_event_values' AND conrelid = 'nifi_ops.load_event'::regclass) THEN
+        ALTER TABLE nifi_ops.load_event ADD CONSTRAINT ck_load_event_values CHECK ( COALESCE(attempt_no, 0) >= 0 AND COALESCE(row_count, 0) >= 0 AND COALESCE(byte_count, 0) >= 0 AND COALESCE(duration_ms, 0) >= 0);
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'ck_load_job_settings' AND conrelid = 'nifi_ops.load_job'::regclass) THEN
+        ALTER TABLE nifi_ops.load_job ADD CONSTRAINT ck_load_job_settings CHECK (jsonb_typeof(settings) = 'object');
+    END IF;
+END
+$$;
+
 -- Widened status sets (CANCELLED, ABORTED are [v1-ext]); same names, one transaction (§1.9).
 ALTER TABLE nifi_ops.load_run DROP CONSTRAINT IF EXISTS ck_load_run_status;
 ALTER TABLE nifi_ops.load_run ADD CONSTRAINT ck_load_run_status CHECK (status IN (

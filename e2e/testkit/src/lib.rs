@@ -96,6 +96,15 @@ impl TestDb {
         TestDb { name, url }
     }
 
+    /// A new database without any schema (for migration tests).
+    pub async fn empty() -> TestDb {
+        let admin = admin_url();
+        let name = format!("t_{}", Uuid::new_v4().simple());
+        let mut conn = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.expect("create database");
+        TestDb { url: db_url(&admin, &name), name }
+    }
+
     /// A ledger on this database with `pool` connections.
     pub async fn ledger(&self, pool: u32, config: LedgerConfig) -> Ledger {
         Ledger::connect(&self.url, pool, 0, config).await.expect("connect the ledger")

@@ -1,0 +1,211 @@
+//! Real concurrency against one run (CONTRACT §11): many tasks, each with its own HTTP client and
+//! so its own connections, released together; exactly one wins and the ledger agrees.
+mod common;
+use common::*;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use tokio::sync::Barrier;
+use uuid::Uuid;
+
+/// Sends every `(path, body)` at once from its own client; the replies in the same order.
+async fn all_at_once(api: &Api, calls: Vec<(String, Value)>) -> Vec<Reply> {
+    let barrier = Arc::new(Barrier::new(calls.len()));
+    let tasks: Vec<_> = calls
+        .into_iter()
+        .map(|(path, body)| {
+            let barrier = barrier.clone();
+            let url = format!("{}{path}", api.base);
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                // Warm the connection so the barrier releases requests, not TCP handshakes.
+                client.get(url.split("/v1").next().unwrap().to_string() + "/healthz").send().await.unwrap();
+                barrier.wait().await;
+                let res = client.post(url).bearer_auth(NIFI).json(&body).send().await.unwrap();
+                let status = res.status();
+                let headers = res.headers().clone();
+                let body: Value = res.json().await.unwrap();
+                Reply { status, headers, body }
+            })
+        })
+        .collect();
+    let mut out = Vec::new();
+    for t in tasks {
+        out.push(t.await.unwrap());
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixteen_creates_of_one_key_make_exactly_one_run() {
+    let api = Api::start().await;
+    for round in 0..3 {
+        let bk = format!("2026-09-{round:02}");
+        let body = json!({"jobKey":"JOB","businessKey": bk,"hdfsRoot":"/data/stage","stageTablePrefix":"tmp_"});
+        let replies = all_at_once(&api, vec![("/v1/runs".to_string(), body); 16]).await;
+        let won: Vec<&Reply> = replies.iter().filter(|r| r.status == 200).collect();
+        assert_eq!(won.len(), 1, "round {round}");
+        for r in replies.iter().filter(|r| r.status != 200) {
+            assert_eq!((r.status.as_u16(), r.body["code"].as_str().unwrap()), (409, "DUPLICATE_ACTIVE_RUN"));
+        }
+        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE business_key = $1")
+            .bind(&bk)
+            .fetch_one(&mut api.conn().await)
+            .await
+            .unwrap();
+        assert_eq!(n, 1);
+        let run: Uuid = won[0].body["runId"].as_str().unwrap().parse().unwrap();
+        assert_eq!(api.events(run).await, vec!["RUN_STARTED"]);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_claims_of_one_partition_have_one_owner() {
+    let api = Api::start().await;
+    for round in 0..5 {
+        let run = api.extracting_run("JOB", &format!("K{round}"), &[5]).await;
+        let tokens: Vec<Uuid> = (0..8).map(|_| Uuid::new_v4()).collect();
+        let calls = tokens
+            .iter()
+            .map(|t| (format!("/v1/runs/{run}/partitions/0000/claim"), json!({"claimToken": t, "workerNode": "n"})))
+            .collect();
+        let replies = all_at_once(&api, calls).await;
+        let winners: Vec<usize> = (0..8).filter(|&i| replies[i].body["claimed"] == true).collect();
+        assert_eq!(winners.len(), 1, "round {round}: {:?}", replies.iter().map(|r| &r.body).collect::<Vec<_>>());
+        assert_eq!(replies[winners[0]].body["attempt"], 1);
+        let replay = api.claim(run, "0000", tokens[winners[0]]).await;
+        assert_eq!((replay.body["claimed"].as_bool(), replay.body["attempt"].as_i64()), (Some(true), Some(1)));
+        let (attempts, owner): (i32, Uuid) =
+            sqlx::query_as("SELECT attempt_count, claim_token FROM nifi_ops.load_partition WHERE run_id = $1")
+                .bind(run)
+                .fetch_one(&mut api.conn().await)
+                .await
+                .unwrap();
+        assert_eq!((attempts, owner), (1, tokens[winners[0]]));
+        assert_eq!(api.events(run).await.iter().filter(|e| *e == "PARTITION_STARTED").count(), 1);
+    }
+}
+
+/// The last chunk of every partition at the same instant: exactly one completion.
+async fn last_chunks_at_once(api: &Api, partitions: usize, bk: &str) {
+    let rows: Vec<i64> = (0..partitions).map(|i| 3 + i as i64).collect();
+    let run = api.extracting_run("JOB", bk, &rows).await;
+    let tokens: Vec<Uuid> = (0..partitions).map(|_| Uuid::new_v4()).collect();
+    for (i, t) in tokens.iter().enumerate() {
+        assert_eq!(api.claim(run, &pid(i), *t).await.body["claimed"], true);
+        // Chunk 0 of 2 first; the race is on chunk 1, which completes each partition.
+        assert_eq!(api.chunk(run, &pid(i), *t, 0, 2, 1).await.status, 200);
+    }
+    let last = |i: usize| (format!("/v1/runs/{run}/partitions/{}/chunks", pid(i)), chunk_body(run, &pid(i), tokens[i], 1, 2, rows[i] - 1));
+    let replies = all_at_once(api, (0..partitions).map(last).collect()).await;
+    assert!(replies.iter().all(|r| r.status == 200), "{:?}", replies.iter().map(|r| &r.body).collect::<Vec<_>>());
+    assert_eq!(replies.iter().filter(|r| r.body["validationScheduled"] == true).count(), 1, "{partitions} partitions");
+    assert!(replies.iter().all(|r| r.body["partitionStatus"] == "SUCCESS"));
+    // Replays of every chunk, all at once, change nothing.
+    let replays = all_at_once(api, (0..partitions).map(last).collect()).await;
+    assert!(replays.iter().all(|r| r.status == 200 && r.body["validationScheduled"] == false));
+    let (status, success, expected, extracted, source): (String, i32, i32, i64, i64) = sqlx::query_as(
+        "SELECT status, success_partition_count, expected_partition_count, extracted_count, source_count FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut api.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(status, "EXTRACTED_VALIDATED");
+    let recount = api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'SUCCESS'", run).await;
+    assert_eq!((success as i64, expected as i64), (recount, partitions as i64));
+    assert_eq!(extracted, source);
+    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'", run).await, 1);
+    assert_eq!(api.events(run).await.iter().filter(|e| *e == "EXTRACT_VALIDATED").count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn last_chunks_of_2_8_and_32_partitions_complete_once() {
+    let api = Api::start().await;
+    for (round, n) in [2, 8, 32, 2, 8, 32].into_iter().enumerate() {
+        last_chunks_at_once(&api, n, &format!("R{round}")).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_same_chunk_three_times_at_once_is_one_row() {
+    let api = Api::start().await;
+    let run = api.extracting_run("JOB", "K", &[9]).await;
+    let t = Uuid::new_v4();
+    api.claim(run, "0000", t).await;
+    let call = (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", t, 0, 3, 3));
+    let replies = all_at_once(&api, vec![call; 3]).await;
+    assert!(replies.iter().all(|r| r.status == 200 && r.body["receivedChunks"] == 1));
+    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1", run).await, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn completion_and_failure_never_both_happen() {
+    let api = Api::start().await;
+    let mut completed = 0;
+    let mut failed = 0;
+    for round in 0..12 {
+        let run = api.extracting_run("JOB", &format!("C{round}"), &[4, 4]).await;
+        let (t0, t1) = (Uuid::new_v4(), Uuid::new_v4());
+        api.claim(run, "0000", t0).await;
+        api.claim(run, "0001", t1).await;
+        api.chunk(run, "0001", t1, 0, 1, 4).await;
+        // The last chunk of 0000 (completes the run) against a failure report for the same partition.
+        let calls = vec![
+            (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", t0, 0, 1, 4)),
+            (
+                format!("/v1/runs/{run}/partitions/0000/fail"),
+                json!({"claimToken": t0, "errorStage":"EXTRACT","errorClass":"DB","errorCode":"ORA-1"}),
+            ),
+        ];
+        let r = all_at_once(&api, calls).await;
+        let validations = api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1", run).await;
+        match api.run_status(run).await.as_str() {
+            "EXTRACTED_VALIDATED" => {
+                completed += 1;
+                assert_eq!(r[0].body["validationScheduled"], true);
+                assert_eq!((r[1].status.as_u16(), r[1].body["code"].as_str()), (409, Some("PARTITION_STATUS_MISMATCH")));
+                assert_eq!(validations, 1);
+            }
+            "FAILED_EXTRACT" => {
+                failed += 1;
+                assert_eq!(r[1].body["changed"], true);
+                assert_eq!(r[0].body["validationScheduled"], false);
+                assert_eq!(validations, 0);
+                assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status IN ('PENDING','RUNNING','RETRY')", run).await, 0);
+            }
+            other => panic!("unexpected run status {other}"),
+        }
+    }
+    eprintln!("completion won {completed} times, failure {failed} times");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stale_owner_is_refused_after_a_reset_and_writes_nothing() {
+    let api = Api::start().await;
+    let run = api.extracting_run("JOB", "K", &[6]).await;
+    let (old, new) = (Uuid::new_v4(), Uuid::new_v4());
+    api.claim(run, "0000", old).await;
+    api.chunk(run, "0000", old, 0, 2, 3).await;
+    // The sweeper's REISSUE reset (CONTRACT §2.3), as the sweeper writes it.
+    let mut conn = api.conn().await;
+    sqlx::query(
+        "UPDATE nifi_ops.load_partition SET status = 'RETRY', claim_token = NULL, worker_node = NULL, error_code = 'HEARTBEAT_STALE' WHERE run_id = $1",
+    )
+    .bind(run)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE nifi_ops.load_file SET status = 'FAILED' WHERE run_id = $1").bind(run).execute(&mut conn).await.unwrap();
+    let before_reclaim = api.chunk(run, "0000", old, 1, 2, 3).await;
+    assert_eq!(before_reclaim.body["code"], "CLAIM_MISMATCH", "a NULL token after the reset matches nobody");
+    let reclaimed = api.claim(run, "0000", new).await;
+    assert_eq!((reclaimed.body["claimed"].as_bool(), reclaimed.body["attempt"].as_i64()), (Some(true), Some(2)));
+    let calls = vec![
+        (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", old, 1, 2, 3)),
+        (format!("/v1/runs/{run}/partitions/0000/fail"), json!({"claimToken": old, "errorStage":"E","errorClass":"C","errorCode":"X"})),
+    ];
+    let r = all_at_once(&api, calls).await;
+    assert!(r.iter().all(|r| r.status == 409 && r.body["code"] == "CLAIM_MISMATCH"));
+    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND chunk_index = 1", run).await, 0);
+    assert_eq!(api.run_status(run).await, "EXTRACTING");
+}

@@ -1,0 +1,152 @@
+//! The store against a real PostgreSQL: migrations, whole-transaction retries and atomicity.
+use ledger::migrate::run_migrations;
+use ledger::{LedgerConfig, LedgerError, NewRun, RunFailure, RunStatus};
+use sqlx::Connection;
+use testkit::TestDb;
+
+fn new_run(bk: &str) -> NewRun {
+    NewRun {
+        job_key: "JOB".into(),
+        business_key: bk.into(),
+        hdfs_root: "/data".into(),
+        stage_table_prefix: "t_".into(),
+        allow_empty_source: false,
+        parameters: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn migrations_are_safe_twice_and_from_four_processes_at_once() {
+    let db = TestDb::empty().await;
+    // Four migrators on their own threads and runtimes, released together.
+    let barrier = std::sync::Arc::new(std::sync::Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|_| {
+            let (url, barrier) = (db.url.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                barrier.wait();
+                rt.block_on(run_migrations(&url))
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap().expect("concurrent migration");
+    }
+    run_migrations(&db.url).await.expect("second run");
+    let mut conn = db.conn().await;
+    let (tables,): (i64,) = sqlx::query_as("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(tables, 8);
+    let (applied,): (i64,) = sqlx::query_as("SELECT count(*) FROM _sqlx_migrations").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(applied as usize, ledger::migrate::MIGRATOR.iter().count());
+    let (indexes,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_indexes WHERE schemaname = 'nifi_ops' AND indexname IN \
+         ('uq_load_run_active','ix_load_run_status_heartbeat','ix_load_run_job_started','ix_load_run_cleanup','ix_load_partition_status', \
+          'ix_load_partition_recovery','uq_load_file_path','ix_load_file_partition_status','ix_load_validation_run_stage', \
+          'uq_load_validation_metric','uq_load_dispatch_validate','ix_load_dispatch_due','ix_load_event_run_time', \
+          'ix_load_event_job_time','ix_load_event_error','ix_load_event_time_brin')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(indexes, 16);
+}
+
+#[tokio::test]
+async fn a_v1_ledger_is_brought_up_to_date_and_keeps_its_rows() {
+    let db = TestDb::empty().await;
+    let mut conn = db.conn().await;
+    // The first version's run table: no CANCELLED in its status check, no load_job table.
+    sqlx::raw_sql(
+        "CREATE SCHEMA nifi_ops;
+         CREATE TABLE nifi_ops.load_run (run_id uuid PRIMARY KEY, job_key varchar(200) NOT NULL, business_key varchar(200) NOT NULL,
+           status varchar(40) NOT NULL, started_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+           CONSTRAINT ck_load_run_status CHECK (status IN ('CREATED','SUCCESS')));
+         INSERT INTO nifi_ops.load_run (run_id, job_key, business_key, status) VALUES (gen_random_uuid(), 'OLD', 'K', 'SUCCESS');",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    run_migrations(&db.url).await.expect("upgrade");
+    let (kept,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'OLD'").fetch_one(&mut conn).await.unwrap();
+    assert_eq!(kept, 1);
+    let (def,): (String,) = sqlx::query_as("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ck_load_run_status'")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert!(def.contains("CANCELLED"), "{def}");
+    let (job_table,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops' AND table_name = 'load_job'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(job_table, 1);
+}
+
+/// A trigger that raises `sqlstate` on the first `times` event inserts of `event_name`.
+async fn inject_fault(db: &TestDb, event_name: &str, sqlstate: &str, times: i32) {
+    let mut conn = db.conn().await;
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE SEQUENCE public.fault_seq;
+         CREATE FUNCTION public.fault() RETURNS trigger LANGUAGE plpgsql AS $$
+         BEGIN
+           -- nextval is not rolled back with the failed attempt, so it counts attempts.
+           IF NEW.event_name = '{event_name}' AND nextval('public.fault_seq') <= {times} THEN
+             RAISE EXCEPTION 'injected fault' USING ERRCODE = '{sqlstate}';
+           END IF;
+           RETURN NEW;
+         END $$;
+         CREATE TRIGGER fault BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW EXECUTE FUNCTION public.fault();"
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn serialization_failures_and_deadlocks_rerun_the_whole_transaction_once() {
+    for state in ["40001", "40P01"] {
+        let db = TestDb::fresh().await;
+        // The first two attempts fail; the third (tx_attempts = 3) succeeds.
+        inject_fault(&db, "RUN_STARTED", state, 2).await;
+        let ledger = db.ledger(4, LedgerConfig { tx_attempts: 3, require_registered: false }).await;
+        let created = ledger.create_run(&new_run("K")).await.expect("retried to success");
+        let mut conn = db.conn().await;
+        let (runs, events): (i64, i64) = sqlx::query_as(
+            "SELECT (SELECT count(*) FROM nifi_ops.load_run), (SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1)",
+        )
+        .bind(created.run_id)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!((runs, events), (1, 1), "{state}: one run, one event");
+    }
+}
+
+#[tokio::test]
+async fn a_change_and_its_event_commit_together_or_not_at_all() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let run = ledger.create_run(&new_run("K")).await.unwrap();
+    inject_fault(&db, "RUN_FAILED", "XX000", 100).await;
+    let failure = RunFailure {
+        expected_status: RunStatus::Created,
+        fail_status: RunStatus::FailedManifest,
+        error_stage: "MANIFEST".into(),
+        error_code: "X".into(),
+        message: String::new(),
+    };
+    let err = ledger.fail_run(run.run_id, &failure).await.unwrap_err();
+    assert!(matches!(err, LedgerError::Database(_)), "{err:?}");
+    let mut conn = db.conn().await;
+    let (status, version): (String, i32) = sqlx::query_as("SELECT status, version_no FROM nifi_ops.load_run WHERE run_id = $1")
+        .bind(run.run_id)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!((status.as_str(), version), ("CREATED", 0), "the status change rolled back with its event");
+}
