@@ -14,7 +14,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use ledger::{ChunkOutcome, ClaimOutcome, CreatedRun, Ledger, LedgerError, ManifestOutcome, PartitionFailOutcome, RunFailOutcome};
+use ledger::{
+    ChunkOutcome, ClaimOutcome, CreatedRun, Ledger, ManifestOutcome, PartitionFailOutcome,
+    RunFailOutcome,
+};
 use serde_json::json;
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -36,8 +39,16 @@ pub struct AppState(pub Arc<Inner>);
 impl AppState {
     pub fn new(config: Config, ledger: Ledger) -> Self {
         let auth = Authenticator::from_config(&config.auth);
-        let limiter = config.server.limit_concurrency.map(|n| Arc::new(Semaphore::new(n)));
-        AppState(Arc::new(Inner { ledger, auth, config, limiter }))
+        let limiter = config
+            .server
+            .limit_concurrency
+            .map(|n| Arc::new(Semaphore::new(n)));
+        AppState(Arc::new(Inner {
+            ledger,
+            auth,
+            config,
+            limiter,
+        }))
     }
 }
 
@@ -94,30 +105,52 @@ impl Input {
         let limit = state.0.config.server.max_body_bytes;
         let (mut parts, body) = req.into_parts();
         let mut problems = Problems::default();
-        let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
+        let declared = parts
+            .headers
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ApiError::payload_too_large(limit));
         }
         let bytes = match Limited::new(body, limit).collect().await {
             Ok(b) => b.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(ApiError::payload_too_large(limit)),
+            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                return Err(ApiError::payload_too_large(limit));
+            }
             Err(e) => {
                 problems.push("$", format!("could not read the body: {e}"));
                 Default::default()
             }
         };
         let path = match RawPathParams::from_request_parts(&mut parts, &()).await {
-            Ok(params) => params.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            Ok(params) => params
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             Err(_) => HashMap::new(),
         };
-        let query = parts.uri.query().map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect()).unwrap_or_default();
+        let query = parts
+            .uri
+            .query()
+            .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
+            .unwrap_or_default();
         let mut body = None;
         if mode == BodyMode::Json {
-            let content_type = parts.headers.get(header::CONTENT_TYPE).map(|v| v.to_str().unwrap_or("?").to_string());
+            let content_type = parts
+                .headers
+                .get(header::CONTENT_TYPE)
+                .map(|v| v.to_str().unwrap_or("?").to_string());
             if let Some(ct) = content_type.filter(|ct| !is_json_media_type(ct)) {
-                problems.push("$", format!("unsupported content type {ct:?}: send application/json"));
+                problems.push(
+                    "$",
+                    format!("unsupported content type {ct:?}: send application/json"),
+                );
             } else if bytes.is_empty() {
-                problems.push("$", "a JSON request body is required (send {} when every field is optional)");
+                problems.push(
+                    "$",
+                    "a JSON request body is required (send {} when every field is optional)",
+                );
             } else {
                 match parse_json(&bytes) {
                     Ok(v) => body = Some(v),
@@ -125,21 +158,35 @@ impl Input {
                 }
             }
         }
-        Ok(Input { path, query, body, problems })
+        Ok(Input {
+            path,
+            query,
+            body,
+            problems,
+        })
     }
 
     /// `path.run_id`, validated.
     pub fn run_id(&mut self) -> Uuid {
-        requests::run_id(self.path.get("run_id").map(String::as_str), &mut self.problems)
+        requests::run_id(
+            self.path.get("run_id").map(String::as_str),
+            &mut self.problems,
+        )
     }
 
     /// `path.partition_id`, validated.
     pub fn partition_id(&mut self) -> String {
-        requests::partition_id(self.path.get("partition_id").map(String::as_str), &mut self.problems)
+        requests::partition_id(
+            self.path.get("partition_id").map(String::as_str),
+            &mut self.problems,
+        )
     }
 
     /// Runs `f` over the body object (reporting unknown fields afterwards); `None` without one.
-    pub fn with_body<T>(&mut self, f: impl FnOnce(&mut ObjReader<'_>, &mut Problems) -> T) -> Option<T> {
+    pub fn with_body<T>(
+        &mut self,
+        f: impl FnOnce(&mut ObjReader<'_>, &mut Problems) -> T,
+    ) -> Option<T> {
         let body = self.body.as_ref()?;
         let mut o = ObjReader::new(body, "$", &mut self.problems)?;
         let t = f(&mut o, &mut self.problems);
@@ -150,7 +197,12 @@ impl Input {
 
 /// `application/json` or `application/<x>+json`, any case, parameters ignored (§3.2).
 pub fn is_json_media_type(ct: &str) -> bool {
-    let media = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+    let media = ct
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
     media == "application/json" || (media.starts_with("application/") && media.ends_with("+json"))
 }
 
@@ -174,17 +226,29 @@ pub fn normalize_path(path: &str, root: &str) -> String {
 }
 
 fn normalize_root(root: &str) -> String {
-    root.split('/').filter(|s| !s.is_empty()).fold(String::new(), |acc, s| format!("{acc}/{s}"))
+    root.split('/')
+        .filter(|s| !s.is_empty())
+        .fold(String::new(), |acc, s| format!("{acc}/{s}"))
 }
 
 fn valid_request_id(v: &str) -> bool {
-    (1..=100).contains(&v.len()) && v.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+    (1..=100).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
 }
 
 fn render_error(e: &ApiError, request_id: &str, mut headers: axum::http::HeaderMap) -> Response {
-    let body = ErrorBody { code: e.code, message: &e.message, request_id, details: e.details.as_ref() };
+    let body = ErrorBody {
+        code: e.code,
+        message: &e.message,
+        request_id,
+        details: e.details.as_ref(),
+    };
     let json = serde_json::to_vec(&body).unwrap_or_default();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
     headers.remove(header::CONTENT_LENGTH);
     let mut res = (e.status, json).into_response();
     for (k, v) in headers.iter() {
@@ -206,9 +270,18 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         .unwrap_or_else(|| Uuid::new_v4().to_string());
     let method = req.method().clone();
     let path = req.uri().path().to_string();
-    let endpoint = req.extensions().get::<MatchedPath>().map(|m| m.as_str().to_string()).unwrap_or_else(|| "unmatched".into());
+    let endpoint = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_else(|| "unmatched".into());
     let quiet = matches!(path.as_str(), "/healthz" | "/readyz" | "/metrics");
-    let x_run_id = req.headers().get("x-run-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let x_run_id = req
+        .headers()
+        .get("x-run-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
     let slot = CallerSlot::default();
     req.extensions_mut().insert(slot.clone());
 
@@ -220,7 +293,10 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         _ => None,
     };
     let span = tracing::info_span!("request", requestId = %request_id, runId = tracing::field::Empty, partitionId = tracing::field::Empty);
-    let mut res = match AssertUnwindSafe(tracing::Instrument::instrument(next.run(req), span)).catch_unwind().await {
+    let mut res = match AssertUnwindSafe(tracing::Instrument::instrument(next.run(req), span))
+        .catch_unwind()
+        .await
+    {
         Ok(res) => res,
         Err(_) => {
             tracing::error!(event = "handler_panic", requestId = %request_id, "request handler panicked");
@@ -232,7 +308,9 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     if !quiet && state.0.config.logging.access_log {
         let status = res.status().as_u16();
         let caller = slot.0.lock().expect("caller slot").clone();
-        let (role, identity) = caller.map(|c| (c.role.as_str(), c.identity)).unwrap_or(("", String::new()));
+        let (role, identity) = caller
+            .map(|c| (c.role.as_str(), c.identity))
+            .unwrap_or(("", String::new()));
         let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
         macro_rules! access {
             ($lvl:ident) => {
@@ -252,11 +330,15 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
 
 /// Renders a pending error (or axum's bare 404/405) as the common body, and sets X-Request-Id.
 fn finish(mut res: Response, request_id: &str) -> Response {
-    let pending = res.extensions_mut().remove::<PendingError>().map(|p| p.0).or_else(|| match res.status() {
-        StatusCode::NOT_FOUND => Some(ApiError::not_found()),
-        StatusCode::METHOD_NOT_ALLOWED => Some(ApiError::method_not_allowed()),
-        _ => None,
-    });
+    let pending = res
+        .extensions_mut()
+        .remove::<PendingError>()
+        .map(|p| p.0)
+        .or_else(|| match res.status() {
+            StatusCode::NOT_FOUND => Some(ApiError::not_found()),
+            StatusCode::METHOD_NOT_ALLOWED => Some(ApiError::method_not_allowed()),
+            _ => None,
+        });
     if let Some(e) = pending {
         let headers = res.headers().clone();
         res = render_error(&e, request_id, headers);
@@ -275,16 +357,29 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{run_id}", get(run_detail))
         .route("/v1/runs/{run_id}/manifest", post(register_manifest))
         .route("/v1/runs/{run_id}/fail", post(fail_run))
-        .route("/v1/runs/{run_id}/partitions/{partition_id}/claim", post(claim_partition))
-        .route("/v1/runs/{run_id}/partitions/{partition_id}/chunks", post(report_chunk))
-        .route("/v1/runs/{run_id}/partitions/{partition_id}/fail", post(fail_partition))
+        .route(
+            "/v1/runs/{run_id}/partitions/{partition_id}/claim",
+            post(claim_partition),
+        )
+        .route(
+            "/v1/runs/{run_id}/partitions/{partition_id}/chunks",
+            post(report_chunk),
+        )
+        .route(
+            "/v1/runs/{run_id}/partitions/{partition_id}/fail",
+            post(fail_partition),
+        )
         .fallback(|| async { ApiError::not_found() })
         .layer(middleware::from_fn_with_state(state.clone(), frame))
         .with_state(state)
 }
 
 /// The router behind path normalisation (which must happen before routing).
-pub fn service(state: AppState) -> axum::routing::IntoMakeService<tower::util::MapRequest<Router, impl FnMut(Request) -> Request + Clone>> {
+pub fn service(
+    state: AppState,
+) -> axum::routing::IntoMakeService<
+    tower::util::MapRequest<Router, impl FnMut(Request) -> Request + Clone>,
+> {
     let root = state.0.config.server.root_path.clone();
     let app = router(state);
     let normalize = move |mut req: Request| {
@@ -304,7 +399,9 @@ pub fn service(state: AppState) -> axum::routing::IntoMakeService<tower::util::M
         }
         req
     };
-    axum::ServiceExt::<Request<Body>>::into_make_service(tower::ServiceExt::<Request<Body>>::map_request(app, normalize))
+    axum::ServiceExt::<Request<Body>>::into_make_service(
+        tower::ServiceExt::<Request<Body>>::map_request(app, normalize),
+    )
 }
 
 async fn healthz() -> Json<serde_json::Value> {
@@ -320,77 +417,131 @@ async fn readyz(State(s): State<AppState>) -> Response {
                 _ => "timed out after 2s".to_string(),
             };
             tracing::warn!(event = "readyz_failed", cause = %cause, "readiness check failed");
-            (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "unavailable"}))).into_response()
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable"})),
+            )
+                .into_response()
         }
     }
 }
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-async fn create_run(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<CreatedRun> {
+async fn create_run(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<CreatedRun> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let new_run = input.with_body(requests::create_run);
     input.problems.check()?;
-    Ok(Json(s.0.ledger.create_run(&new_run.expect("validated")).await?))
+    Ok(Json(
+        s.0.ledger.create_run(&new_run.expect("validated")).await?,
+    ))
 }
 
-async fn list_runs(State(s): State<AppState>, _c: ReadCaller, req: Request) -> ApiResult<Vec<ledger::RunSummary>> {
+async fn list_runs(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<Vec<ledger::RunSummary>> {
     let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
     let filter = requests::run_filter(&input.query, &mut input.problems);
     input.problems.check()?;
     Ok(Json(s.0.ledger.list_runs(&filter).await?))
 }
 
-async fn run_detail(State(s): State<AppState>, _c: ReadCaller, req: Request) -> ApiResult<ledger::RunDetail> {
+async fn run_detail(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<ledger::RunDetail> {
     let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
     let run_id = input.run_id();
     input.problems.check()?;
     Ok(Json(s.0.ledger.run_detail(run_id).await?))
 }
 
-async fn register_manifest(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<ManifestOutcome> {
+async fn register_manifest(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<ManifestOutcome> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let run_id = input.run_id();
     let manifest = input.with_body(requests::manifest);
     input.problems.check()?;
-    Ok(Json(s.0.ledger.register_manifest(run_id, &manifest.expect("validated")).await?))
+    Ok(Json(
+        s.0.ledger
+            .register_manifest(run_id, &manifest.expect("validated"))
+            .await?,
+    ))
 }
 
-async fn fail_run(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<RunFailOutcome> {
+async fn fail_run(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<RunFailOutcome> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let run_id = input.run_id();
     let failure = input.with_body(requests::run_failure).flatten();
     input.problems.check()?;
-    Ok(Json(s.0.ledger.fail_run(run_id, &failure.expect("validated")).await?))
+    Ok(Json(
+        s.0.ledger
+            .fail_run(run_id, &failure.expect("validated"))
+            .await?,
+    ))
 }
 
-async fn claim_partition(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<ClaimOutcome> {
+async fn claim_partition(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<ClaimOutcome> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let run_id = input.run_id();
     let pid = input.partition_id();
     let claim = input.with_body(requests::claim);
     input.problems.check()?;
     let (token, worker) = claim.expect("validated");
-    Ok(Json(s.0.ledger.claim_partition(run_id, &pid, token, &worker).await?))
+    Ok(Json(
+        s.0.ledger
+            .claim_partition(run_id, &pid, token, &worker)
+            .await?,
+    ))
 }
 
-async fn report_chunk(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<ChunkOutcome> {
+async fn report_chunk(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<ChunkOutcome> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let run_id = input.run_id();
     let pid = input.partition_id();
     let report = input.with_body(requests::chunk);
     input.problems.check()?;
-    let report = report.expect("validated").map_err(|()| ApiError::from(LedgerError::ChunkIndexOutOfRange))?;
+    let report = report.expect("validated")?;
     Ok(Json(s.0.ledger.report_chunk(run_id, &pid, &report).await?))
 }
 
-async fn fail_partition(State(s): State<AppState>, _c: NifiCaller, req: Request) -> ApiResult<PartitionFailOutcome> {
+async fn fail_partition(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<PartitionFailOutcome> {
     let mut input = Input::read(&s, req, BodyMode::Json).await?;
     let run_id = input.run_id();
     let pid = input.partition_id();
     let failure = input.with_body(requests::partition_failure);
     input.problems.check()?;
-    Ok(Json(s.0.ledger.fail_partition(run_id, &pid, &failure.expect("validated")).await?))
+    Ok(Json(
+        s.0.ledger
+            .fail_partition(run_id, &pid, &failure.expect("validated"))
+            .await?,
+    ))
 }
 
 #[cfg(test)]

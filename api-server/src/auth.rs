@@ -48,10 +48,18 @@ impl Authenticator {
     pub fn from_config(c: &AuthConfig) -> Self {
         let mut entries = Vec::new();
         let mut add = |name: &str, role: &str, digest: &str| {
-            let role = if role == "operator" { Role::Operator } else { Role::Nifi };
+            let role = if role == "operator" {
+                Role::Operator
+            } else {
+                Role::Nifi
+            };
             let mut d = [0u8; 32];
             if hex::decode_to_slice(digest.to_ascii_lowercase(), &mut d).is_ok() {
-                entries.push(Entry { name: name.to_string(), role, digest: d });
+                entries.push(Entry {
+                    name: name.to_string(),
+                    role,
+                    digest: d,
+                });
             }
         };
         for t in &c.tokens {
@@ -72,21 +80,40 @@ impl Authenticator {
 
     /// 401 without a usable bearer token; 403 when no entry of an allowed role matches.
     pub fn authenticate(&self, headers: &HeaderMap, allowed: &[Role]) -> Result<Caller, ApiError> {
-        let value = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).ok_or_else(ApiError::unauthenticated)?;
-        let (scheme, token) = value.trim().split_once(' ').ok_or_else(ApiError::unauthenticated)?;
+        let value = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(ApiError::unauthenticated)?;
+        let (scheme, token) = value
+            .trim()
+            .split_once(' ')
+            .ok_or_else(ApiError::unauthenticated)?;
         let token = token.trim();
         if !scheme.eq_ignore_ascii_case("bearer") || token.is_empty() {
             return Err(ApiError::unauthenticated());
         }
         let presented: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         // Compare with every entry so the time spent does not tell which one matched.
-        let matches: Vec<bool> = self.entries.iter().map(|e| bool::from(e.digest.ct_eq(&presented))).collect();
+        let matches: Vec<bool> = self
+            .entries
+            .iter()
+            .map(|e| bool::from(e.digest.ct_eq(&presented)))
+            .collect();
         for role in [Role::Nifi, Role::Operator] {
             if !allowed.contains(&role) {
                 continue;
             }
-            if let Some(e) = self.entries.iter().zip(&matches).find(|(e, m)| **m && e.role == role).map(|(e, _)| e) {
-                return Ok(Caller { role, identity: e.name.clone() });
+            if let Some(e) = self
+                .entries
+                .iter()
+                .zip(&matches)
+                .find(|(e, m)| **m && e.role == role)
+                .map(|(e, _)| e)
+            {
+                return Ok(Caller {
+                    role,
+                    identity: e.name.clone(),
+                });
             }
         }
         Err(ApiError::forbidden())
@@ -107,17 +134,59 @@ mod tests {
     #[test]
     fn roles_identities_and_refusals() {
         let cfg = AuthConfig {
-            tokens: vec![TokenEntry { name: "alice".into(), role: "operator".into(), sha256: sha256_hex("op-secret").to_uppercase() }],
-            token_digests: TokenDigests { nifi: vec![sha256_hex("nifi-secret")], operator: vec![] },
+            tokens: vec![TokenEntry {
+                name: "alice".into(),
+                role: "operator".into(),
+                sha256: sha256_hex("op-secret").to_uppercase(),
+            }],
+            token_digests: TokenDigests {
+                nifi: vec![sha256_hex("nifi-secret")],
+                operator: vec![],
+            },
         };
         let a = Authenticator::from_config(&cfg);
         let both = [Role::Nifi, Role::Operator];
-        assert_eq!(a.authenticate(&headers("Bearer nifi-secret"), &both).unwrap(), Caller { role: Role::Nifi, identity: "nifi".into() });
-        assert_eq!(a.authenticate(&headers("bearer op-secret"), &both).unwrap().identity, "alice");
-        assert_eq!(a.authenticate(&headers("Bearer nifi-secret"), &[Role::Operator]).unwrap_err().status, 403);
-        assert_eq!(a.authenticate(&headers("Bearer nope"), &both).unwrap_err().status, 403);
-        assert_eq!(a.authenticate(&headers("Basic abc"), &both).unwrap_err().status, 401);
-        assert_eq!(a.authenticate(&headers("Bearer "), &both).unwrap_err().status, 401);
-        assert_eq!(a.authenticate(&HeaderMap::new(), &both).unwrap_err().status, 401);
+        assert_eq!(
+            a.authenticate(&headers("Bearer nifi-secret"), &both)
+                .unwrap(),
+            Caller {
+                role: Role::Nifi,
+                identity: "nifi".into()
+            }
+        );
+        assert_eq!(
+            a.authenticate(&headers("bearer op-secret"), &both)
+                .unwrap()
+                .identity,
+            "alice"
+        );
+        assert_eq!(
+            a.authenticate(&headers("Bearer nifi-secret"), &[Role::Operator])
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            a.authenticate(&headers("Bearer nope"), &both)
+                .unwrap_err()
+                .status,
+            403
+        );
+        assert_eq!(
+            a.authenticate(&headers("Basic abc"), &both)
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            a.authenticate(&headers("Bearer "), &both)
+                .unwrap_err()
+                .status,
+            401
+        );
+        assert_eq!(
+            a.authenticate(&HeaderMap::new(), &both).unwrap_err().status,
+            401
+        );
     }
 }

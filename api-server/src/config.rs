@@ -10,9 +10,15 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
     #[error("cannot read config file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
     #[error("config file {path} is not valid YAML: {source}")]
-    Yaml { path: PathBuf, source: serde_yaml::Error },
+    Yaml {
+        path: PathBuf,
+        source: serde_yaml::Error,
+    },
     #[error("environment variable {var}: {message}")]
     Env { var: String, message: String },
     #[error("invalid configuration at `{key}`: {message}")]
@@ -20,7 +26,10 @@ pub enum ConfigError {
 }
 
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
-    ConfigError::Invalid { key: key.to_string(), message: message.into() }
+    ConfigError::Invalid {
+        key: key.to_string(),
+        message: message.into(),
+    }
 }
 
 /// A duration: ISO-8601 (`PT90M`, `P3D`), a number of seconds, or `<n>s|m|h|d` (CONTRACT §10.1).
@@ -42,7 +51,10 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         let (date, time) = rest.split_once('T').unwrap_or((rest, ""));
         let mut total = 0f64;
         let mut any = false;
-        for (part, units) in [(date, &[('W', 604800.0), ('D', 86400.0)][..]), (time, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)][..])] {
+        for (part, units) in [
+            (date, &[('W', 604800.0), ('D', 86400.0)][..]),
+            (time, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)][..]),
+        ] {
             let mut num = String::new();
             for c in part.chars() {
                 if c.is_ascii_digit() || c == '.' {
@@ -78,11 +90,17 @@ impl<'de> Deserialize<'de> for Dur {
         let text = match &v {
             Value::String(s) => s.clone(),
             Value::Number(n) => n.to_string(),
-            _ => return Err(serde::de::Error::custom("expected a duration (PT90M, 90m, or seconds)")),
+            _ => {
+                return Err(serde::de::Error::custom(
+                    "expected a duration (PT90M, 90m, or seconds)",
+                ));
+            }
         };
-        parse_duration(&text)
-            .map(Dur)
-            .ok_or_else(|| serde::de::Error::custom(format!("invalid duration {text:?} (use PT90M, 90m, 2h, 3d or seconds)")))
+        parse_duration(&text).map(Dur).ok_or_else(|| {
+            serde::de::Error::custom(format!(
+                "invalid duration {text:?} (use PT90M, 90m, 2h, 3d or seconds)"
+            ))
+        })
     }
 }
 
@@ -139,7 +157,14 @@ pub struct DatabaseConfig {
 
 impl Default for DatabaseConfig {
     fn default() -> Self {
-        DatabaseConfig { url: None, migration_url: None, listen_dsn: None, pool_size: 10, max_overflow: 5, tx_attempts: 3 }
+        DatabaseConfig {
+            url: None,
+            migration_url: None,
+            listen_dsn: None,
+            pool_size: 10,
+            max_overflow: 5,
+            tx_attempts: 3,
+        }
     }
 }
 
@@ -184,7 +209,14 @@ pub struct NifiConfig {
 
 impl Default for NifiConfig {
     fn default() -> Self {
-        NifiConfig { receiver_url: None, client_cert: None, client_key: None, ca_bundle: None, timeout_seconds: 10.0, signing_secret: None }
+        NifiConfig {
+            receiver_url: None,
+            client_cert: None,
+            client_key: None,
+            ca_bundle: None,
+            timeout_seconds: 10.0,
+            signing_secret: None,
+        }
     }
 }
 
@@ -282,7 +314,13 @@ pub struct MonitorConfig {
 
 impl Default for MonitorConfig {
     fn default() -> Self {
-        MonitorConfig { api_url: None, token: None, operator_token: None, refresh_seconds: 5.0, log_dir: "logs".into() }
+        MonitorConfig {
+            api_url: None,
+            token: None,
+            operator_token: None,
+            refresh_seconds: 5.0,
+            log_dir: "logs".into(),
+        }
     }
 }
 
@@ -295,7 +333,10 @@ pub struct WorkerConfig {
 
 impl Default for WorkerConfig {
     fn default() -> Self {
-        WorkerConfig { metrics_host: "0.0.0.0".into(), metrics_port: Some(9100) }
+        WorkerConfig {
+            metrics_host: "0.0.0.0".into(),
+            metrics_port: Some(9100),
+        }
     }
 }
 
@@ -336,7 +377,10 @@ pub struct LoggingConfig {
 
 impl Default for LoggingConfig {
     fn default() -> Self {
-        let loggers = ["sqlx", "hyper", "reqwest", "h2", "rustls"].iter().map(|l| (l.to_string(), "WARNING".to_string())).collect();
+        let loggers = ["sqlx", "hyper", "reqwest", "h2", "rustls"]
+            .iter()
+            .map(|l| (l.to_string(), "WARNING".to_string()))
+            .collect();
         LoggingConfig {
             level: "INFO".into(),
             format: "json".into(),
@@ -379,11 +423,20 @@ pub fn config_path(flag: Option<&Path>) -> PathBuf {
 
 impl Config {
     /// Loads file + environment, without the start-up checks (see [`Config::validate`]).
-    pub fn load(path: &Path, env: impl IntoIterator<Item = (String, String)>) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read { path: path.into(), source })?;
+    pub fn load(
+        path: &Path,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.into(),
+            source,
+        })?;
         let env: Vec<(String, String)> = env.into_iter().collect();
         Config::from_sources(&text, &env).map_err(|e| match e {
-            ConfigError::Yaml { source, .. } => ConfigError::Yaml { path: path.into(), source },
+            ConfigError::Yaml { source, .. } => ConfigError::Yaml {
+                path: path.into(),
+                source,
+            },
             other => other,
         })
     }
@@ -392,7 +445,10 @@ impl Config {
         let mut tree: Value = if yaml.trim().is_empty() {
             Value::Object(Default::default())
         } else {
-            serde_yaml::from_str(yaml).map_err(|source| ConfigError::Yaml { path: PathBuf::new(), source })?
+            serde_yaml::from_str(yaml).map_err(|source| ConfigError::Yaml {
+                path: PathBuf::new(),
+                source,
+            })?
         };
         if tree.is_null() {
             tree = Value::Object(Default::default());
@@ -406,26 +462,42 @@ impl Config {
                 database_url_fallback = Some(raw.clone());
                 continue;
             }
-            let Some(rest) = var.strip_prefix("LCA_") else { continue };
+            let Some(rest) = var.strip_prefix("LCA_") else {
+                continue;
+            };
             if rest == "CONFIG" {
                 continue;
             }
             let Some((section, key)) = rest.split_once("__") else {
-                return Err(ConfigError::Env { var: var.clone(), message: "expected LCA_<SECTION>__<KEY>".into() });
+                return Err(ConfigError::Env {
+                    var: var.clone(),
+                    message: "expected LCA_<SECTION>__<KEY>".into(),
+                });
             };
-            let value: Value = serde_yaml::from_str(raw)
-                .map_err(|e| ConfigError::Env { var: var.clone(), message: format!("not a YAML value: {e}") })?;
+            let value: Value = serde_yaml::from_str(raw).map_err(|e| ConfigError::Env {
+                var: var.clone(),
+                message: format!("not a YAML value: {e}"),
+            })?;
             let section = section.to_lowercase();
             let key = key.to_lowercase();
             let obj = tree.as_object_mut().expect("checked above");
-            let entry = obj.entry(section.clone()).or_insert_with(|| Value::Object(Default::default()));
+            let entry = obj
+                .entry(section.clone())
+                .or_insert_with(|| Value::Object(Default::default()));
             if entry.is_null() {
                 *entry = Value::Object(Default::default());
             }
             let Some(map) = entry.as_object_mut() else {
                 return Err(invalid(&section, "must be a mapping"));
             };
-            map.insert(key, if value.is_null() && raw.is_empty() { Value::String(String::new()) } else { value });
+            map.insert(
+                key,
+                if value.is_null() && raw.is_empty() {
+                    Value::String(String::new())
+                } else {
+                    value
+                },
+            );
         }
         let mut config: Config = serde_path_to_error::deserialize(&tree).map_err(|e| {
             let key = e.path().to_string();
@@ -440,23 +512,38 @@ impl Config {
     /// The start-up checks of §10.4 that concern every process.
     pub fn validate(&self) -> Result<(), ConfigError> {
         if self.recovery.stale.0 <= self.recovery.extract_query_timeout.0 {
-            return Err(invalid("recovery.stale", "must be greater than recovery.extract_query_timeout"));
+            return Err(invalid(
+                "recovery.stale",
+                "must be greater than recovery.extract_query_timeout",
+            ));
         }
         if self.recovery.max_attempts < 1 {
             return Err(invalid("recovery.max_attempts", "must be at least 1"));
         }
         let s = &self.server;
         if s.ssl_certfile.is_some() != s.ssl_keyfile.is_some() {
-            return Err(invalid("server.ssl_certfile", "ssl_certfile and ssl_keyfile go together"));
+            return Err(invalid(
+                "server.ssl_certfile",
+                "ssl_certfile and ssl_keyfile go together",
+            ));
         }
         if s.ssl_client_cert_required && (s.ssl_certfile.is_none() || s.ssl_ca_certs.is_none()) {
-            return Err(invalid("server.ssl_client_cert_required", "needs ssl_certfile, ssl_keyfile and ssl_ca_certs"));
+            return Err(invalid(
+                "server.ssl_client_cert_required",
+                "needs ssl_certfile, ssl_keyfile and ssl_ca_certs",
+            ));
         }
         if self.nifi.client_cert.is_some() != self.nifi.client_key.is_some() {
-            return Err(invalid("nifi.client_cert", "client_cert and client_key go together"));
+            return Err(invalid(
+                "nifi.client_cert",
+                "client_cert and client_key go together",
+            ));
         }
         if !(1..=65535).contains(&s.port) {
-            return Err(invalid("server.port", format!("{} is outside 1..65535", s.port)));
+            return Err(invalid(
+                "server.port",
+                format!("{} is outside 1..65535", s.port),
+            ));
         }
         if s.workers < 1 {
             return Err(invalid("server.workers", "must be at least 1"));
@@ -464,21 +551,37 @@ impl Config {
         if s.max_body_bytes == 0 {
             return Err(invalid("server.max_body_bytes", "must be positive"));
         }
-        if let Some(p) = self.worker.metrics_port {
-            if !(1..=65535).contains(&p) {
-                return Err(invalid("worker.metrics_port", format!("{p} is outside 1..65535")));
-            }
+        if let Some(p) = self.worker.metrics_port
+            && !(1..=65535).contains(&p)
+        {
+            return Err(invalid(
+                "worker.metrics_port",
+                format!("{p} is outside 1..65535"),
+            ));
         }
         let l = &self.logging;
         if !l.stdout && l.file.is_none() {
-            return Err(invalid("logging.stdout", "no log output: stdout is false and logging.file is not set"));
+            return Err(invalid(
+                "logging.stdout",
+                "no log output: stdout is false and logging.file is not set",
+            ));
         }
         if !LOG_LEVELS.contains(&l.level.to_uppercase().as_str()) {
-            return Err(invalid("logging.level", format!("unknown level {:?} (one of {})", l.level, LOG_LEVELS.join(", "))));
+            return Err(invalid(
+                "logging.level",
+                format!(
+                    "unknown level {:?} (one of {})",
+                    l.level,
+                    LOG_LEVELS.join(", ")
+                ),
+            ));
         }
         for (logger, level) in &l.loggers {
             if !LOG_LEVELS.contains(&level.to_uppercase().as_str()) {
-                return Err(invalid(&format!("logging.loggers.{logger}"), format!("unknown level {level:?}")));
+                return Err(invalid(
+                    &format!("logging.loggers.{logger}"),
+                    format!("unknown level {level:?}"),
+                ));
             }
         }
         if !["json", "text", "console"].contains(&l.format.as_str()) {
@@ -498,43 +601,73 @@ impl Config {
         for (i, t) in self.auth.tokens.iter().enumerate() {
             let key = format!("auth.tokens[{i}]");
             if t.role != "nifi" && t.role != "operator" {
-                return Err(invalid(&format!("{key}.role"), format!("{:?} is not nifi or operator", t.role)));
+                return Err(invalid(
+                    &format!("{key}.role"),
+                    format!("{:?} is not nifi or operator", t.role),
+                ));
             }
             if !is_digest(&t.sha256) {
-                return Err(invalid(&format!("{key}.sha256"), "must be 64 hex characters (SHA-256 of the token)"));
+                return Err(invalid(
+                    &format!("{key}.sha256"),
+                    "must be 64 hex characters (SHA-256 of the token)",
+                ));
             }
             let name_ok = (1..=100).contains(&t.name.chars().count())
-                && t.name.chars().all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
+                && t.name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
             if !name_ok {
-                return Err(invalid(&format!("{key}.name"), "must be 1..100 characters of [A-Za-z0-9._@:/-]"));
+                return Err(invalid(
+                    &format!("{key}.name"),
+                    "must be 1..100 characters of [A-Za-z0-9._@:/-]",
+                ));
             }
         }
-        for (role, list) in [("nifi", &self.auth.token_digests.nifi), ("operator", &self.auth.token_digests.operator)] {
+        for (role, list) in [
+            ("nifi", &self.auth.token_digests.nifi),
+            ("operator", &self.auth.token_digests.operator),
+        ] {
             for (i, d) in list.iter().enumerate() {
                 if !is_digest(d) {
-                    return Err(invalid(&format!("auth.token_digests.{role}[{i}]"), "must be 64 hex characters"));
+                    return Err(invalid(
+                        &format!("auth.token_digests.{role}[{i}]"),
+                        "must be 64 hex characters",
+                    ));
                 }
             }
         }
         match &self.database.url {
             None => return Err(invalid("database.url", "is required (or set DATABASE_URL)")),
             Some(u) if normalize_database_url(u).is_none() => {
-                return Err(invalid("database.url", "must be a postgres:// or postgresql:// URL"));
+                return Err(invalid(
+                    "database.url",
+                    "must be a postgres:// or postgresql:// URL",
+                ));
             }
             _ => {}
         }
         if self.dispatch.lease.0.as_secs_f64() <= self.nifi.timeout_seconds {
-            return Err(invalid("dispatch.lease", "must exceed nifi.timeout_seconds"));
+            return Err(invalid(
+                "dispatch.lease",
+                "must exceed nifi.timeout_seconds",
+            ));
         }
         if self.dispatch.backoff_min.0 > self.dispatch.backoff_max.0 {
-            return Err(invalid("dispatch.backoff_min", "must not exceed dispatch.backoff_max"));
+            return Err(invalid(
+                "dispatch.backoff_min",
+                "must not exceed dispatch.backoff_max",
+            ));
         }
         Ok(())
     }
 
     /// The database URL with a `postgresql+<driver>://` scheme reduced to `postgresql://`.
     pub fn database_url(&self) -> String {
-        self.database.url.as_deref().and_then(normalize_database_url).unwrap_or_default()
+        self.database
+            .url
+            .as_deref()
+            .and_then(normalize_database_url)
+            .unwrap_or_default()
     }
 }
 
@@ -555,7 +688,10 @@ mod tests {
     const MINIMAL: &str = "database:\n  url: postgres://u@127.0.0.1/db\n";
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
-        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
     }
 
     #[test]
@@ -573,12 +709,18 @@ mod tests {
 
     #[test]
     fn unknown_keys_are_refused_by_name() {
-        let e = Config::from_sources("server:\n  prot: 1\n", &[]).unwrap_err().to_string();
+        let e = Config::from_sources("server:\n  prot: 1\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("server"), "{e}");
         assert!(e.contains("prot"), "{e}");
-        let e = Config::from_sources("sever: {}\n", &[]).unwrap_err().to_string();
+        let e = Config::from_sources("sever: {}\n", &[])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("sever"), "{e}");
-        let e = Config::from_sources(MINIMAL, &env(&[("LCA_SERVER__PROT", "1")])).unwrap_err().to_string();
+        let e = Config::from_sources(MINIMAL, &env(&[("LCA_SERVER__PROT", "1")]))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("prot"), "{e}");
     }
 
@@ -586,13 +728,18 @@ mod tests {
     fn environment_overrides_file_and_database_url_is_the_last_fallback() {
         let c = Config::from_sources(
             "server:\n  port: 9000\n",
-            &env(&[("LCA_SERVER__PORT", "9100"), ("LCA_RECOVERY__MODE", "REISSUE"), ("DATABASE_URL", "postgres://x@h/d")]),
+            &env(&[
+                ("LCA_SERVER__PORT", "9100"),
+                ("LCA_RECOVERY__MODE", "REISSUE"),
+                ("DATABASE_URL", "postgres://x@h/d"),
+            ]),
         )
         .unwrap();
         assert_eq!(c.server.port, 9100);
         assert_eq!(c.recovery.mode, RecoveryMode::Reissue);
         assert_eq!(c.database.url.as_deref(), Some("postgres://x@h/d"));
-        let c = Config::from_sources(MINIMAL, &env(&[("DATABASE_URL", "postgres://other/d")])).unwrap();
+        let c =
+            Config::from_sources(MINIMAL, &env(&[("DATABASE_URL", "postgres://other/d")])).unwrap();
         assert_eq!(c.database.url.as_deref(), Some("postgres://u@127.0.0.1/db"));
     }
 
@@ -610,13 +757,31 @@ mod tests {
 
     #[test]
     fn startup_checks_name_the_key() {
-        let check = |yaml: &str| Config::from_sources(yaml, &[]).unwrap().validate().unwrap_err().to_string();
-        assert!(check("database: {url: 'postgres://h/d'}\nrecovery: {stale: 30m}\n").contains("recovery.stale"));
+        let check = |yaml: &str| {
+            Config::from_sources(yaml, &[])
+                .unwrap()
+                .validate()
+                .unwrap_err()
+                .to_string()
+        };
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nrecovery: {stale: 30m}\n")
+                .contains("recovery.stale")
+        );
         assert!(check("server: {port: 70000}\n").contains("server.port"));
         assert!(check("{}").contains("database.url"));
-        assert!(check("database: {url: 'postgres://h/d'}\ndispatch: {lease: 5s}\n").contains("dispatch.lease"));
-        assert!(check("database: {url: 'postgres://h/d'}\nlogging: {stdout: false}\n").contains("logging.stdout"));
-        assert!(check("database: {url: 'postgres://h/d'}\nlogging: {level: LOUD}\n").contains("logging.level"));
+        assert!(
+            check("database: {url: 'postgres://h/d'}\ndispatch: {lease: 5s}\n")
+                .contains("dispatch.lease")
+        );
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nlogging: {stdout: false}\n")
+                .contains("logging.stdout")
+        );
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nlogging: {level: LOUD}\n")
+                .contains("logging.level")
+        );
         assert!(
             check("database: {url: 'postgres://h/d'}\nauth: {tokens: [{name: a, role: admin, sha256: x}]}\n")
                 .contains("auth.tokens[0].role")
@@ -626,7 +791,10 @@ mod tests {
 
     #[test]
     fn driver_suffix_is_ignored() {
-        assert_eq!(normalize_database_url("postgresql+psycopg://u@h/d").as_deref(), Some("postgresql://u@h/d"));
+        assert_eq!(
+            normalize_database_url("postgresql+psycopg://u@h/d").as_deref(),
+            Some("postgresql://u@h/d")
+        );
         assert_eq!(normalize_database_url("mysql://h"), None);
     }
 }

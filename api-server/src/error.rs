@@ -31,7 +31,12 @@ pub struct ErrorBody<'a> {
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str) -> Self {
-        ApiError { status, code, message: code.to_string(), details: None }
+        ApiError {
+            status,
+            code,
+            message: code.to_string(),
+            details: None,
+        }
     }
 
     pub fn with_message(mut self, m: impl Into<String>) -> Self {
@@ -57,7 +62,8 @@ impl ApiError {
     }
 
     pub fn method_not_allowed() -> Self {
-        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED").with_message("Method Not Allowed")
+        ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "METHOD_NOT_ALLOWED")
+            .with_message("Method Not Allowed")
     }
 
     pub fn payload_too_large(limit: usize) -> Self {
@@ -67,16 +73,22 @@ impl ApiError {
     }
 
     pub fn service_unavailable() -> Self {
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE").with_message("Service Unavailable")
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
+            .with_message("Service Unavailable")
     }
 
     pub fn internal() -> Self {
-        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR").with_message("internal error")
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL_ERROR")
+            .with_message("internal error")
     }
 
     /// 422 REQUEST_INVALID listing every problem (§3.7).
     pub fn invalid(problems: Problems) -> Self {
-        let first = problems.0.first().map(|p| format!("{} {}", p.field, p.message)).unwrap_or_default();
+        let first = problems
+            .0
+            .first()
+            .map(|p| format!("{} {}", p.field, p.message))
+            .unwrap_or_default();
         let more = problems.0.len().saturating_sub(1);
         let mut message = format!("request validation failed: {first}");
         if more > 0 {
@@ -91,7 +103,11 @@ impl ApiError {
 impl Problems {
     /// `Err(422)` when anything was wrong.
     pub fn check(self) -> Result<(), ApiError> {
-        if self.is_empty() { Ok(()) } else { Err(ApiError::invalid(self)) }
+        if self.is_empty() {
+            Ok(())
+        } else {
+            Err(ApiError::invalid(self))
+        }
     }
 }
 
@@ -103,7 +119,10 @@ impl From<LedgerError> for ApiError {
             L::RunNotFound => ApiError::new(S::NOT_FOUND, "RUN_NOT_FOUND"),
             L::PartitionNotFound => ApiError::new(S::NOT_FOUND, "PARTITION_NOT_FOUND"),
             L::DispatchNotFound => ApiError::new(S::NOT_FOUND, "DISPATCH_NOT_FOUND"),
-            L::DuplicateActiveRun { job_key, business_key } => ApiError::new(S::CONFLICT, "DUPLICATE_ACTIVE_RUN")
+            L::DuplicateActiveRun {
+                job_key,
+                business_key,
+            } => ApiError::new(S::CONFLICT, "DUPLICATE_ACTIVE_RUN")
                 .with_details(json!({"jobKey": job_key, "businessKey": business_key})),
             L::RunStatusMismatch { run_status, stage } => {
                 let mut d = json!({"runStatus": run_status});
@@ -116,38 +135,56 @@ impl From<LedgerError> for ApiError {
             L::ChunkConflict => ApiError::new(S::CONFLICT, "CHUNK_CONFLICT"),
             L::DispatchMismatch => ApiError::new(S::CONFLICT, "DISPATCH_MISMATCH"),
             L::PublishTokenMismatch => ApiError::new(S::CONFLICT, "PUBLISH_TOKEN_MISMATCH"),
-            L::PartitionStatusMismatch { partition_status } => ApiError::new(S::CONFLICT, "PARTITION_STATUS_MISMATCH")
-                .with_details(json!({"partitionStatus": partition_status})),
+            L::PartitionStatusMismatch { partition_status } => {
+                ApiError::new(S::CONFLICT, "PARTITION_STATUS_MISMATCH")
+                    .with_details(json!({"partitionStatus": partition_status}))
+            }
             L::DispatchStatusMismatch { status } => {
-                ApiError::new(S::CONFLICT, "DISPATCH_STATUS_MISMATCH").with_details(json!({"status": status}))
+                ApiError::new(S::CONFLICT, "DISPATCH_STATUS_MISMATCH")
+                    .with_details(json!({"status": status}))
             }
-            L::CleanupNotDue { run_status } => {
-                ApiError::new(S::CONFLICT, "CLEANUP_NOT_DUE").with_details(json!({"runStatus": run_status}))
+            L::CleanupNotDue { run_status } => ApiError::new(S::CONFLICT, "CLEANUP_NOT_DUE")
+                .with_details(json!({"runStatus": run_status})),
+            L::JobSuspended { job_key } => {
+                ApiError::new(S::CONFLICT, "JOB_SUSPENDED").with_details(json!({"jobKey": job_key}))
             }
-            L::JobSuspended { job_key } => ApiError::new(S::CONFLICT, "JOB_SUSPENDED").with_details(json!({"jobKey": job_key})),
             L::JobNotRegistered { job_key } => {
-                ApiError::new(S::UNPROCESSABLE_ENTITY, "JOB_NOT_REGISTERED").with_details(json!({"jobKey": job_key}))
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "JOB_NOT_REGISTERED")
+                    .with_details(json!({"jobKey": job_key}))
             }
-            L::FailTransitionNotAllowed { expected, fail } => ApiError::new(S::UNPROCESSABLE_ENTITY, "FAIL_TRANSITION_NOT_ALLOWED")
-                .with_details(json!({"expectedStatus": expected, "failStatus": fail})),
-            L::ManifestInvalid { violations } => ApiError::new(S::UNPROCESSABLE_ENTITY, "MANIFEST_INVALID")
-                .with_message(violations.join("; "))
-                .with_details(json!({"violations": violations})),
+            L::FailTransitionNotAllowed { expected, fail } => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "FAIL_TRANSITION_NOT_ALLOWED")
+                    .with_details(json!({"expectedStatus": expected, "failStatus": fail}))
+            }
+            L::ManifestInvalid { violations } => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "MANIFEST_INVALID")
+                    .with_message(violations.join("; "))
+                    .with_details(json!({"violations": violations}))
+            }
             L::InvalidHdfsRoot => ApiError::new(S::UNPROCESSABLE_ENTITY, "INVALID_HDFS_ROOT"),
-            L::ChunkIndexOutOfRange => ApiError::new(S::UNPROCESSABLE_ENTITY, "CHUNK_INDEX_OUT_OF_RANGE"),
-            L::HdfsPathOutsideRun => ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN"),
+            L::ChunkIndexOutOfRange => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "CHUNK_INDEX_OUT_OF_RANGE")
+            }
+            L::HdfsPathOutsideRun => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN")
+            }
             L::UniqueViolation { constraint } => ApiError::new(S::CONFLICT, "UNIQUE_VIOLATION")
                 .with_message("unique constraint violated")
                 .with_details(json!({"constraint": constraint})),
-            L::ReferenceNotFound { constraint } => ApiError::new(S::UNPROCESSABLE_ENTITY, "REFERENCE_NOT_FOUND")
-                .with_message("referenced row not found")
-                .with_details(json!({"constraint": constraint})),
-            L::ConstraintViolation { constraint } => ApiError::new(S::UNPROCESSABLE_ENTITY, "CONSTRAINT_VIOLATION")
-                .with_message("constraint violated")
-                .with_details(json!({"constraint": constraint})),
+            L::ReferenceNotFound { constraint } => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "REFERENCE_NOT_FOUND")
+                    .with_message("referenced row not found")
+                    .with_details(json!({"constraint": constraint}))
+            }
+            L::ConstraintViolation { constraint } => {
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "CONSTRAINT_VIOLATION")
+                    .with_message("constraint violated")
+                    .with_details(json!({"constraint": constraint}))
+            }
             L::Database(e) => {
                 tracing::error!(event = "database_error", error = %e, "database error");
-                ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE").with_message("database error, retry later")
+                ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
+                    .with_message("database error, retry later")
             }
             e @ (L::Escalate | L::Corrupt(_)) => {
                 tracing::error!(event = "internal_error", error = %e, "internal error");
@@ -161,7 +198,8 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut res = self.status.into_response();
         if self.status == StatusCode::UNAUTHORIZED {
-            res.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            res.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         res.extensions_mut().insert(PendingError(self));
         res

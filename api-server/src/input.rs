@@ -83,7 +83,9 @@ impl JVal {
             JVal::Str(s) => Value::String(s.clone()),
             JVal::Arr(a) => Value::Array(a.iter().map(JVal::to_json).collect()),
             // Last duplicate wins, as JSON parsers usually do.
-            JVal::Obj(o) => Value::Object(o.iter().map(|(k, v)| (k.clone(), v.to_json())).collect()),
+            JVal::Obj(o) => {
+                Value::Object(o.iter().map(|(k, v)| (k.clone(), v.to_json())).collect())
+            }
         }
     }
 }
@@ -100,7 +102,10 @@ pub struct Problems(pub Vec<Problem>);
 
 impl Problems {
     pub fn push(&mut self, field: impl Into<String>, message: impl Into<String>) {
-        self.0.push(Problem { field: field.into(), message: message.into() });
+        self.0.push(Problem {
+            field: field.into(),
+            message: message.into(),
+        });
     }
 
     pub fn is_empty(&self) -> bool {
@@ -135,7 +140,11 @@ impl<'a> ObjReader<'a> {
     /// `None` (with a problem) when `v` is not an object.
     pub fn new(v: &'a JVal, path: &str, p: &mut Problems) -> Option<Self> {
         match v {
-            JVal::Obj(fields) => Some(ObjReader { path: path.to_string(), fields, used: vec![false; fields.len()] }),
+            JVal::Obj(fields) => Some(ObjReader {
+                path: path.to_string(),
+                fields,
+                used: vec![false; fields.len()],
+            }),
             _ => {
                 p.push(path, "must be a JSON object");
                 None
@@ -161,16 +170,28 @@ impl<'a> ObjReader<'a> {
             }
         }
         if count > 1 {
-            p.push(self.field_path(name), format!("given more than once (as {name} and/or {snake})"));
+            p.push(
+                self.field_path(name),
+                format!("given more than once (as {name} and/or {snake})"),
+            );
             return None;
         }
         found
     }
 
     /// A required field; `null` is refused.
-    pub fn required<T: Default>(&mut self, name: &str, p: &mut Problems, conv: impl Fn(&'a JVal) -> Conv<T>) -> T {
+    pub fn required<T: Default>(
+        &mut self,
+        name: &str,
+        p: &mut Problems,
+        conv: impl Fn(&'a JVal) -> Conv<T>,
+    ) -> T {
         match self.lookup(name, p) {
-            None if !self.fields.iter().any(|(k, _)| k == name || *k == camel_to_snake(name)) => {
+            None if !self
+                .fields
+                .iter()
+                .any(|(k, _)| k == name || *k == camel_to_snake(name)) =>
+            {
                 p.push(self.field_path(name), "is required");
                 T::default()
             }
@@ -184,14 +205,26 @@ impl<'a> ObjReader<'a> {
     }
 
     /// An optional field with a default; sent as `null` it is refused unless `conv` accepts null.
-    pub fn optional<T: Default>(&mut self, name: &str, default: T, p: &mut Problems, conv: impl Fn(&'a JVal) -> Conv<T>) -> T {
+    pub fn optional<T: Default>(
+        &mut self,
+        name: &str,
+        default: T,
+        p: &mut Problems,
+        conv: impl Fn(&'a JVal) -> Conv<T>,
+    ) -> T {
         match self.lookup(name, p) {
             None => default,
             Some(v) => self.convert(name, v, p, conv),
         }
     }
 
-    fn convert<T: Default>(&self, name: &str, v: &'a JVal, p: &mut Problems, conv: impl Fn(&'a JVal) -> Conv<T>) -> T {
+    fn convert<T: Default>(
+        &self,
+        name: &str,
+        v: &'a JVal,
+        p: &mut Problems,
+        conv: impl Fn(&'a JVal) -> Conv<T>,
+    ) -> T {
         conv(v).unwrap_or_else(|m| {
             p.push(self.field_path(name), m);
             T::default()
@@ -240,7 +273,9 @@ pub fn integer(v: &JVal) -> Conv<i64> {
         }
         None => text,
     };
-    int_part.parse::<i64>().map_err(|_| "must be an integer in the signed 64-bit range".to_string())
+    int_part
+        .parse::<i64>()
+        .map_err(|_| "must be an integer in the signed 64-bit range".to_string())
 }
 
 pub fn boolean(v: &JVal) -> Conv<bool> {
@@ -275,10 +310,19 @@ pub fn uuid(v: &JVal) -> Conv<Uuid> {
 pub fn parse_uuid(s: &str) -> Option<Uuid> {
     let lower = s.to_ascii_lowercase();
     let body = lower.strip_prefix("urn:uuid:").unwrap_or(&lower);
-    let body = body.strip_prefix('{').and_then(|b| b.strip_suffix('}')).unwrap_or(body);
+    let body = body
+        .strip_prefix('{')
+        .and_then(|b| b.strip_suffix('}'))
+        .unwrap_or(body);
     let ok = match body.len() {
         32 => body.bytes().all(|b| b.is_ascii_hexdigit()),
-        36 => body.bytes().enumerate().all(|(i, b)| if [8, 13, 18, 23].contains(&i) { b == b'-' } else { b.is_ascii_hexdigit() }),
+        36 => body.bytes().enumerate().all(|(i, b)| {
+            if [8, 13, 18, 23].contains(&i) {
+                b == b'-'
+            } else {
+                b.is_ascii_hexdigit()
+            }
+        }),
         _ => false,
     };
     if ok { Uuid::parse_str(body).ok() } else { None }
@@ -286,20 +330,34 @@ pub fn parse_uuid(s: &str) -> Option<Uuid> {
 
 /// Accepts `null` as `None`, else converts.
 pub fn nullable<T>(conv: impl Fn(&JVal) -> Conv<T>) -> impl Fn(&JVal) -> Conv<Option<T>> {
-    move |v| if matches!(v, JVal::Null) { Ok(None) } else { conv(v).map(Some) }
+    move |v| {
+        if matches!(v, JVal::Null) {
+            Ok(None)
+        } else {
+            conv(v).map(Some)
+        }
+    }
 }
 
 pub fn min_int(min: i64) -> impl Fn(&JVal) -> Conv<i64> {
     move |v| {
         let n = integer(v)?;
-        if n < min { Err(format!("must be >= {min}")) } else { Ok(n) }
+        if n < min {
+            Err(format!("must be >= {min}"))
+        } else {
+            Ok(n)
+        }
     }
 }
 
 pub fn int_range(min: i64, max: i64) -> impl Fn(&JVal) -> Conv<i64> {
     move |v| {
         let n = integer(v)?;
-        if n < min || n > max { Err(format!("must be between {min} and {max}")) } else { Ok(n) }
+        if n < min || n > max {
+            Err(format!("must be between {min} and {max}"))
+        } else {
+            Ok(n)
+        }
     }
 }
 
@@ -322,14 +380,23 @@ pub fn text(min: usize, max: usize) -> impl Fn(&JVal) -> Conv<String> {
 pub fn pattern(re: &'static Regex) -> impl Fn(&JVal) -> Conv<String> {
     move |v| {
         let s = string(v)?;
-        if re.is_match(&s) { Ok(s) } else { Err(format!("does not match {}", re.as_str())) }
+        if re.is_match(&s) {
+            Ok(s)
+        } else {
+            Err(format!("does not match {}", re.as_str()))
+        }
     }
 }
 
 /// The exact upper-case name of one of `parse`'s values.
-pub fn enumeration<T>(parse: impl Fn(&str) -> Option<T>, allowed: &'static str) -> impl Fn(&JVal) -> Conv<Option<T>> {
+pub fn enumeration<T>(
+    parse: impl Fn(&str) -> Option<T>,
+    allowed: &'static str,
+) -> impl Fn(&JVal) -> Conv<Option<T>> {
     move |v| match v {
-        JVal::Str(s) => parse(s).map(Some).ok_or_else(|| format!("must be one of {allowed}")),
+        JVal::Str(s) => parse(s)
+            .map(Some)
+            .ok_or_else(|| format!("must be one of {allowed}")),
         _ => Err(format!("must be one of {allowed}")),
     }
 }
@@ -352,11 +419,14 @@ mod tests {
 
     #[test]
     fn numbers_keep_their_literal_text() {
-        assert_eq!(j("12345678901234567890123456789012345678"), JVal::Num("12345678901234567890123456789012345678".into()));
+        assert_eq!(
+            j("12345678901234567890123456789012345678"),
+            JVal::Num("12345678901234567890123456789012345678".into())
+        );
         assert_eq!(string(&j("1.50")).unwrap(), "1.50");
         assert!(parse_json(b"{\"a\":1,}").is_err());
         assert!(parse_json(b"{} x").is_err());
-        assert!(parse_json(&vec![b'['; 200]).is_err());
+        assert!(parse_json(&[b'['; 200]).is_err());
     }
 
     #[test]
@@ -365,7 +435,16 @@ mod tests {
         assert_eq!(integer(&j("7.0")).unwrap(), 7);
         assert_eq!(integer(&j("\"-3\"")).unwrap(), -3);
         assert_eq!(integer(&j("\"+3\"")).unwrap(), 3);
-        for bad in ["7.5", "true", "\"\"", "\"7a\"", "\"7.0\"", "9223372036854775808", "null", "[]"] {
+        for bad in [
+            "7.5",
+            "true",
+            "\"\"",
+            "\"7a\"",
+            "\"7.0\"",
+            "9223372036854775808",
+            "null",
+            "[]",
+        ] {
             assert!(integer(&j(bad)).is_err(), "{bad} accepted");
         }
         assert_eq!(integer(&j("-9223372036854775808")).unwrap(), i64::MIN);
@@ -373,10 +452,21 @@ mod tests {
 
     #[test]
     fn booleans_accept_the_contract_spellings() {
-        for t in ["true", "\"TRUE\"", "\"yes\"", "\"On\"", "\"t\"", "\"Y\"", "1", "\"1\""] {
+        for t in [
+            "true", "\"TRUE\"", "\"yes\"", "\"On\"", "\"t\"", "\"Y\"", "1", "\"1\"",
+        ] {
             assert!(boolean(&j(t)).unwrap(), "{t}");
         }
-        for f in ["false", "\"False\"", "\"no\"", "\"off\"", "\"f\"", "\"n\"", "0", "\"0\""] {
+        for f in [
+            "false",
+            "\"False\"",
+            "\"no\"",
+            "\"off\"",
+            "\"f\"",
+            "\"n\"",
+            "0",
+            "\"0\"",
+        ] {
             assert!(!boolean(&j(f)).unwrap(), "{f}");
         }
         for bad in ["2", "\"maybe\"", "null", "{}"] {
@@ -395,7 +485,12 @@ mod tests {
         ] {
             assert_eq!(parse_uuid(form), Some(want), "{form}");
         }
-        for bad in ["", "0b6f8c1e-4d2a-4f7b-9a51", "0b6f8c1e4d2a-4f7b-9a51-2c3d4e5f6a7b00", "zzzzzzzz-4d2a-4f7b-9a51-2c3d4e5f6a7b"] {
+        for bad in [
+            "",
+            "0b6f8c1e-4d2a-4f7b-9a51",
+            "0b6f8c1e4d2a-4f7b-9a51-2c3d4e5f6a7b00",
+            "zzzzzzzz-4d2a-4f7b-9a51-2c3d4e5f6a7b",
+        ] {
             assert_eq!(parse_uuid(bad), None, "{bad}");
         }
     }

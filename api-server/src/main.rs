@@ -8,10 +8,14 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 #[derive(Parser)]
-#[command(name = "load-control-api", version, about = "load-control HTTP API: decides, exactly once, the state of NiFi Oracle→Hive loads.",
+#[command(
+    name = "load-control-api",
+    version,
+    about = "load-control HTTP API: decides, exactly once, the state of NiFi Oracle→Hive loads.",
     long_about = "load-control HTTP API.\n\nConfiguration: --config PATH, else $LCA_CONFIG, else ./config/config.yaml. \
 Any key can be overridden with LCA_<SECTION>__<KEY> (e.g. LCA_SERVER__PORT=9090); DATABASE_URL supplies \
-database.url when nothing else does. Unknown keys refuse to start.")]
+database.url when nothing else does. Unknown keys refuse to start."
+)]
 struct Cli {
     /// YAML configuration file.
     #[arg(long, global = true, value_name = "PATH")]
@@ -50,7 +54,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
         Command::HashToken => {
             let mut token = String::new();
-            std::io::stdin().read_to_string(&mut token).context("reading the token from stdin")?;
+            std::io::stdin()
+                .read_to_string(&mut token)
+                .context("reading the token from stdin")?;
             let token = token.trim_end_matches(['\r', '\n']);
             anyhow::ensure!(!token.is_empty(), "no token on standard input");
             println!("{}", auth::sha256_hex(token));
@@ -60,12 +66,22 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load(&cli)?;
             config.validate()?;
             logging::init(&config.logging);
-            let url = config.database.migration_url.clone().unwrap_or_else(|| config.database_url());
-            ledger::migrate::run_migrations(&url).await.context("applying migrations")?;
+            let url = config
+                .database
+                .migration_url
+                .clone()
+                .unwrap_or_else(|| config.database_url());
+            ledger::migrate::run_migrations(&url)
+                .await
+                .context("applying migrations")?;
             tracing::info!(event = "migrations_applied", "ledger schema is up to date");
             Ok(())
         }
-        Command::Serve { migrate, host, port } => {
+        Command::Serve {
+            migrate,
+            host,
+            port,
+        } => {
             let mut config = load(&cli)?;
             if let Some(h) = host {
                 config.server.host = h.clone();
@@ -76,13 +92,31 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config.validate()?;
             logging::init(&config.logging);
             if *migrate {
-                let url = config.database.migration_url.clone().unwrap_or_else(|| config.database_url());
-                ledger::migrate::run_migrations(&url).await.context("applying migrations")?;
+                let url = config
+                    .database
+                    .migration_url
+                    .clone()
+                    .unwrap_or_else(|| config.database_url());
+                ledger::migrate::run_migrations(&url)
+                    .await
+                    .context("applying migrations")?;
             }
-            let ledger = server::connect_ledger(&config).await.context("connecting to the database")?;
+            let ledger = server::connect_ledger(&config)
+                .await
+                .context("connecting to the database")?;
             let addr = format!("{}:{}", config.server.host, config.server.port);
-            let listener = tokio::net::TcpListener::bind(&addr).await.with_context(|| format!("binding {addr}"))?;
-            let db = config.database_url().rsplit('/').next().unwrap_or("").split('?').next().unwrap_or("").to_string();
+            let listener = tokio::net::TcpListener::bind(&addr)
+                .await
+                .with_context(|| format!("binding {addr}"))?;
+            let db = config
+                .database_url()
+                .rsplit('/')
+                .next()
+                .unwrap_or("")
+                .split('?')
+                .next()
+                .unwrap_or("")
+                .to_string();
             tracing::info!(event = "api_started", host = %config.server.host, port = config.server.port, database = %db, "load-control API listening");
             server::serve(config, ledger, listener, server::shutdown_signal()).await
         }

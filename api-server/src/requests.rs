@@ -1,14 +1,18 @@
 //! Request shapes of the extraction endpoints (CONTRACT §4.1–§4.8): each turns the lenient input
 //! into the ledger's typed request, collecting every problem.
 use crate::input::*;
-use ledger::{ChunkReport, Decimal38, Manifest, ManifestPartition, NewRun, PartitionFailure, RunFailure, RunFilter, RunStatus};
+use ledger::{
+    ChunkReport, Decimal38, LedgerError, Manifest, ManifestPartition, NewRun, PartitionFailure,
+    RunFailure, RunFilter, RunStatus,
+};
 use regex::Regex;
 use std::sync::LazyLock;
 use uuid::Uuid;
 
 macro_rules! re {
     ($name:ident, $pat:literal) => {
-        pub static $name: LazyLock<Regex> = LazyLock::new(|| Regex::new($pat).expect("valid pattern"));
+        pub static $name: LazyLock<Regex> =
+            LazyLock::new(|| Regex::new($pat).expect("valid pattern"));
     };
 }
 re!(JOB_KEY, r"^[A-Z0-9_]{1,200}$");
@@ -45,7 +49,10 @@ pub fn partition_id(raw: Option<&str>, p: &mut Problems) -> String {
     match raw {
         Some(s) if PARTITION_ID.is_match(s) => s.to_string(),
         _ => {
-            p.push("path.partition_id", format!("does not match {}", PARTITION_ID.as_str()));
+            p.push(
+                "path.partition_id",
+                format!("does not match {}", PARTITION_ID.as_str()),
+            );
             String::new()
         }
     }
@@ -63,11 +70,17 @@ pub fn create_run(o: &mut ObjReader<'_>, p: &mut Problems) -> NewRun {
 }
 
 pub fn manifest(o: &mut ObjReader<'_>, p: &mut Problems) -> Manifest {
-    let scn = o.optional("snapshotScn", None, p, nullable(decimal)).flatten();
+    let scn = o
+        .optional("snapshotScn", None, p, nullable(decimal))
+        .flatten();
     let source_count = o.required("sourceCount", p, min_int(0));
     let source_null_split_count = o.optional("sourceNullSplitCount", 0, p, min_int(0));
-    let min = o.optional("sourceMinSplit", None, p, nullable(decimal)).flatten();
-    let max = o.optional("sourceMaxSplit", None, p, nullable(decimal)).flatten();
+    let min = o
+        .optional("sourceMinSplit", None, p, nullable(decimal))
+        .flatten();
+    let max = o
+        .optional("sourceMaxSplit", None, p, nullable(decimal))
+        .flatten();
     let planned = o.required("plannedPartitionCount", p, int_range(1, 10_000));
     let metrics_raw: Option<&JVal> = o.optional("sourceMetrics", None, p, |v| Ok(Some(v)));
     let version = o.optional("sourceMetricsVersion", "v1".to_string(), p, text(0, 50));
@@ -81,8 +94,12 @@ pub fn manifest(o: &mut ObjReader<'_>, p: &mut Problems) -> Manifest {
         .enumerate()
         .filter_map(|(i, v)| {
             let mut item = ObjReader::new(v, &format!("$.partitions[{i}]"), p)?;
-            let lower = item.optional("lowerBound", None, p, nullable(decimal)).flatten();
-            let upper = item.optional("upperBound", None, p, nullable(decimal)).flatten();
+            let lower = item
+                .optional("lowerBound", None, p, nullable(decimal))
+                .flatten();
+            let upper = item
+                .optional("upperBound", None, p, nullable(decimal))
+                .flatten();
             let part = ManifestPartition {
                 partition_id: item.required("partitionId", p, pattern(&PARTITION_ID)),
                 lower_bound: lower.as_ref().map(|d| d.0),
@@ -97,7 +114,9 @@ pub fn manifest(o: &mut ObjReader<'_>, p: &mut Problems) -> Manifest {
             Some(part)
         })
         .collect();
-    let metrics = metrics_raw.map(|v| source_metrics(v, p)).unwrap_or_default();
+    let metrics = metrics_raw
+        .map(|v| source_metrics(v, p))
+        .unwrap_or_default();
     Manifest {
         snapshot_scn: scn.map(|d| d.0),
         source_count,
@@ -126,7 +145,10 @@ fn source_metrics(v: &JVal, p: &mut Problems) -> Vec<(String, String)> {
     for (k, val) in fields {
         let n = k.chars().count();
         if !(1..=150).contains(&n) {
-            p.push(format!("$.sourceMetrics.{k}"), "key must be 1..150 characters");
+            p.push(
+                format!("$.sourceMetrics.{k}"),
+                "key must be 1..150 characters",
+            );
             continue;
         }
         match text(0, 2000)(val) {
@@ -147,27 +169,40 @@ pub fn run_failure(o: &mut ObjReader<'_>, p: &mut Problems) -> Option<RunFailure
     let error_stage = o.required("errorStage", p, text(0, 100));
     let error_code = o.required("errorCode", p, text(0, 100));
     let message = o.optional("message", String::new(), p, text(0, 2000));
-    Some(RunFailure { expected_status: expected?, fail_status: fail?, error_stage, error_code, message })
+    Some(RunFailure {
+        expected_status: expected?,
+        fail_status: fail?,
+        error_stage,
+        error_code,
+        message,
+    })
 }
 
 pub fn claim(o: &mut ObjReader<'_>, p: &mut Problems) -> (Uuid, String) {
-    (o.required("claimToken", p, uuid), o.required("workerNode", p, text(1, 200)))
+    (
+        o.required("claimToken", p, uuid),
+        o.required("workerNode", p, text(1, 200)),
+    )
 }
 
-/// `Err(())` when `chunkIndex ≥ chunkCount` (422 CHUNK_INDEX_OUT_OF_RANGE, before any lookup).
-pub fn chunk(o: &mut ObjReader<'_>, p: &mut Problems) -> Result<ChunkReport, ()> {
+/// `ChunkIndexOutOfRange` when `chunkIndex ≥ chunkCount` (judged before any lookup).
+pub fn chunk(o: &mut ObjReader<'_>, p: &mut Problems) -> Result<ChunkReport, LedgerError> {
     let claim_token = o.required("claimToken", p, uuid);
     let chunk_index = o.required("chunkIndex", p, min_int(0));
     let chunk_count = o.required("chunkCount", p, int_range(1, 1_000_000));
     let fragment_identifier = o.optional("fragmentIdentifier", None, p, nullable(text(0, 100)));
     let hdfs_path = o.required("hdfsPath", p, |v| {
         let s = text(1, 1500)(v)?;
-        if s.len() > 2000 { Err("must be at most 2000 UTF-8 bytes".into()) } else { Ok(s) }
+        if s.len() > 2000 {
+            Err("must be at most 2000 UTF-8 bytes".into())
+        } else {
+            Ok(s)
+        }
     });
     let record_count = o.required("recordCount", p, min_int(0));
     let byte_count = o.optional("byteCount", None, p, nullable(min_int(0)));
     if p.is_empty() && chunk_index >= chunk_count {
-        return Err(());
+        return Err(LedgerError::ChunkIndexOutOfRange);
     }
     Ok(ChunkReport {
         claim_token,
@@ -195,12 +230,19 @@ pub fn partition_failure(o: &mut ObjReader<'_>, p: &mut Problems) -> PartitionFa
 
 /// `GET /v1/runs` query (§4.4); unknown parameters are ignored.
 pub fn run_filter(query: &[(String, String)], p: &mut Problems) -> RunFilter {
-    let mut f = RunFilter { limit: 50, ..Default::default() };
+    let mut f = RunFilter {
+        limit: 50,
+        ..Default::default()
+    };
     for (k, v) in query {
         match k.as_str() {
             "jobKey" | "job_key" if v.chars().count() <= 200 => f.job_key = Some(v.clone()),
-            "businessKey" | "business_key" if v.chars().count() <= 200 => f.business_key = Some(v.clone()),
-            "jobKey" | "job_key" | "businessKey" | "business_key" => p.push(format!("query.{k}"), "must be at most 200 characters"),
+            "businessKey" | "business_key" if v.chars().count() <= 200 => {
+                f.business_key = Some(v.clone())
+            }
+            "jobKey" | "job_key" | "businessKey" | "business_key" => {
+                p.push(format!("query.{k}"), "must be at most 200 characters")
+            }
             "status" => match RunStatus::parse(v) {
                 Some(s) => f.status = Some(s),
                 None => p.push("query.status", format!("must be one of {RUN_STATUSES}")),

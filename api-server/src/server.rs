@@ -6,11 +6,20 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 
 pub fn ledger_config(c: &Config) -> LedgerConfig {
-    LedgerConfig { tx_attempts: c.database.tx_attempts.max(1), require_registered: c.jobs.require_registered }
+    LedgerConfig {
+        tx_attempts: c.database.tx_attempts.max(1),
+        require_registered: c.jobs.require_registered,
+    }
 }
 
 pub async fn connect_ledger(c: &Config) -> anyhow::Result<Ledger> {
-    Ok(Ledger::connect(&c.database_url(), c.database.pool_size, c.database.max_overflow, ledger_config(c)).await?)
+    Ok(Ledger::connect(
+        &c.database_url(),
+        c.database.pool_size,
+        c.database.max_overflow,
+        ledger_config(c),
+    )
+    .await?)
 }
 
 /// Serves until `shutdown` resolves, then gives in-flight requests `timeout_graceful_shutdown`.
@@ -21,8 +30,14 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let grace = Duration::from_secs_f64(config.server.timeout_graceful_shutdown.max(0.0));
-    if config.auth.tokens.is_empty() && config.auth.token_digests.nifi.is_empty() && config.auth.token_digests.operator.is_empty() {
-        tracing::warn!(event = "auth_unconfigured", "no auth tokens configured: every protected call answers 401/403");
+    if config.auth.tokens.is_empty()
+        && config.auth.token_digests.nifi.is_empty()
+        && config.auth.token_digests.operator.is_empty()
+    {
+        tracing::warn!(
+            event = "auth_unconfigured",
+            "no auth tokens configured: every protected call answers 401/403"
+        );
     }
     let state = AppState::new(config, ledger);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
@@ -46,7 +61,8 @@ pub async fn serve(
 pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
         tokio::select! {
             _ = term.recv() => {},
             _ = tokio::signal::ctrl_c() => {},

@@ -18,8 +18,14 @@ async fn create_run_answers_the_contract_shape_and_writes_run_and_event() {
     assert_eq!(r.status, 200, "{:?}", r.body);
     let run: Uuid = r.body["runId"].as_str().unwrap().parse().unwrap();
     assert_eq!(r.body["status"], "CREATED");
-    assert_eq!(r.body["hdfsRunPath"], format!("/data/nifi/stage/ORACLE_INSP_DTL_DAILY/run_id={run}"));
-    assert_eq!(r.body["stageTable"], format!("tmp_insp_dtl_{}", run.simple()));
+    assert_eq!(
+        r.body["hdfsRunPath"],
+        format!("/data/nifi/stage/ORACLE_INSP_DTL_DAILY/run_id={run}")
+    );
+    assert_eq!(
+        r.body["stageTable"],
+        format!("tmp_insp_dtl_{}", run.simple())
+    );
     assert_eq!(r.body.as_object().unwrap().len(), 4);
     let (params, version): (serde_json::Value, i32) =
         sqlx::query_as("SELECT parameters, version_no FROM nifi_ops.load_run WHERE run_id = $1")
@@ -27,7 +33,10 @@ async fn create_run_answers_the_contract_shape_and_writes_run_and_event() {
             .fetch_one(&mut api.conn().await)
             .await
             .unwrap();
-    assert_eq!(params, json!({"trigger":"SCHEDULE","n":1,"allowEmptySource":false}));
+    assert_eq!(
+        params,
+        json!({"trigger":"SCHEDULE","n":1,"allowEmptySource":false})
+    );
     assert_eq!(version, 0);
     assert_eq!(api.events(run).await, vec!["RUN_STARTED"]);
 }
@@ -36,31 +45,68 @@ async fn create_run_answers_the_contract_shape_and_writes_run_and_event() {
 async fn create_run_refusals() {
     let api = Api::start_with(|c| c.jobs.require_registered = false).await;
     api.create_run("JOB", "K1").await;
-    let dup = api.post("/v1/runs", json!({"jobKey":"JOB","businessKey":"K1","hdfsRoot":"/d","stageTablePrefix":"t"})).await;
+    let dup = api
+        .post(
+            "/v1/runs",
+            json!({"jobKey":"JOB","businessKey":"K1","hdfsRoot":"/d","stageTablePrefix":"t"}),
+        )
+        .await;
     assert_eq!(dup.status, 409);
     assert_eq!(dup.body["code"], "DUPLICATE_ACTIVE_RUN");
-    assert_eq!(dup.body["details"], json!({"jobKey":"JOB","businessKey":"K1"}));
+    assert_eq!(
+        dup.body["details"],
+        json!({"jobKey":"JOB","businessKey":"K1"})
+    );
 
     let dotdot = api.post("/v1/runs", json!({"jobKey":"JOB","businessKey":"K2","hdfsRoot":"/data/../etc","stageTablePrefix":"t"})).await;
-    assert_eq!((dotdot.status.as_u16(), dotdot.body["code"].as_str().unwrap()), (422, "INVALID_HDFS_ROOT"));
+    assert_eq!(
+        (
+            dotdot.status.as_u16(),
+            dotdot.body["code"].as_str().unwrap()
+        ),
+        (422, "INVALID_HDFS_ROOT")
+    );
 
-    sqlx::query("INSERT INTO nifi_ops.load_job (job_key, suspended) VALUES ('SUSP', true), ('GONE', true)")
+    sqlx::query(
+        "INSERT INTO nifi_ops.load_job (job_key, suspended) VALUES ('SUSP', true), ('GONE', true)",
+    )
+    .execute(&mut api.conn().await)
+    .await
+    .unwrap();
+    sqlx::query("UPDATE nifi_ops.load_job SET removed_at = now() WHERE job_key = 'GONE'")
         .execute(&mut api.conn().await)
         .await
         .unwrap();
-    sqlx::query("UPDATE nifi_ops.load_job SET removed_at = now() WHERE job_key = 'GONE'").execute(&mut api.conn().await).await.unwrap();
-    let susp = api.post("/v1/runs", json!({"jobKey":"SUSP","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"})).await;
+    let susp = api
+        .post(
+            "/v1/runs",
+            json!({"jobKey":"SUSP","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"}),
+        )
+        .await;
     assert_eq!(susp.status, 409);
     assert_eq!(susp.body["code"], "JOB_SUSPENDED");
     assert_eq!(susp.body["details"], json!({"jobKey":"SUSP"}));
     // A removed row counts as absent: its suspend flag is ignored.
-    let gone = api.post("/v1/runs", json!({"jobKey":"GONE","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"})).await;
+    let gone = api
+        .post(
+            "/v1/runs",
+            json!({"jobKey":"GONE","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"}),
+        )
+        .await;
     assert_eq!(gone.status, 200);
     assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'SUSP' AND $1::uuid IS NOT NULL", Uuid::nil()).await, 0);
 
     let registered = Api::start_with(|c| c.jobs.require_registered = true).await;
-    let r = registered.post("/v1/runs", json!({"jobKey":"NEW","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"})).await;
-    assert_eq!((r.status.as_u16(), r.body["code"].as_str().unwrap()), (422, "JOB_NOT_REGISTERED"));
+    let r = registered
+        .post(
+            "/v1/runs",
+            json!({"jobKey":"NEW","businessKey":"K","hdfsRoot":"/d","stageTablePrefix":"t"}),
+        )
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.body["code"].as_str().unwrap()),
+        (422, "JOB_NOT_REGISTERED")
+    );
     assert_eq!(r.body["details"], json!({"jobKey":"NEW"}));
 }
 
@@ -71,7 +117,10 @@ async fn a_terminal_run_frees_its_key() {
     let f = api
         .post(&format!("/v1/runs/{run}/fail"), json!({"expectedStatus":"CREATED","failStatus":"FAILED_MANIFEST","errorStage":"MANIFEST","errorCode":"X"}))
         .await;
-    assert_eq!(f.body, json!({"runId": run, "runStatus":"FAILED_MANIFEST","changed":true}));
+    assert_eq!(
+        f.body,
+        json!({"runId": run, "runStatus":"FAILED_MANIFEST","changed":true})
+    );
     let again = api.create_run("JOB", "K").await;
     assert_ne!(again, run);
 }
@@ -85,7 +134,9 @@ async fn manifest_registers_partitions_metrics_and_answers_in_request_order() {
         "partitions":[{"partitionId":"0001","lowerBound":1000,"upperBound":2000,"expectedRowCount":20},
                       {"partitionId":"0000","lowerBound":"0","upperBound":"1000","upperInclusive":"false","expectedRowCount":"10"},
                       {"partitionId":"0002","lowerBound":"2000","upperBound":"3000","upperInclusive":true,"expectedRowCount":0}]});
-    let r = api.post(&format!("/v1/runs/{run}/manifest"), body.clone()).await;
+    let r = api
+        .post(&format!("/v1/runs/{run}/manifest"), body.clone())
+        .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(
         r.body,
@@ -100,16 +151,35 @@ async fn manifest_registers_partitions_metrics_and_answers_in_request_order() {
     .fetch_one(&mut api.conn().await)
     .await
     .unwrap();
-    assert_eq!((status.as_str(), expected, success, scn.as_str(), version), ("EXTRACTING", 3, 1, "1234567890", 1));
+    assert_eq!(
+        (status.as_str(), expected, success, scn.as_str(), version),
+        ("EXTRACTING", 3, 1, "1234567890", 1)
+    );
     let metrics: Vec<(String, String)> =
         sqlx::query_as("SELECT metric_name, actual_value FROM nifi_ops.load_validation WHERE run_id = $1 AND stage = 'SOURCE' ORDER BY metric_name")
             .bind(run)
             .fetch_all(&mut api.conn().await)
             .await
             .unwrap();
-    assert_eq!(metrics, vec![("AMOUNT_SUM".into(), "123.45".into()), ("SOURCE_COUNT".into(), "30".into())]);
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'SUCCESS'", run).await, 1);
-    assert_eq!(api.events(run).await, vec!["RUN_STARTED", "MANIFEST_CREATED"]);
+    assert_eq!(
+        metrics,
+        vec![
+            ("AMOUNT_SUM".into(), "123.45".into()),
+            ("SOURCE_COUNT".into(), "30".into())
+        ]
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'SUCCESS'",
+            run
+        )
+        .await,
+        1
+    );
+    assert_eq!(
+        api.events(run).await,
+        vec!["RUN_STARTED", "MANIFEST_CREATED"]
+    );
 
     // The same plan again (its answer was lost): the stored state, ordered by id.
     let replay = api.post(&format!("/v1/runs/{run}/manifest"), body).await;
@@ -117,8 +187,13 @@ async fn manifest_registers_partitions_metrics_and_answers_in_request_order() {
     assert_eq!(replay.body["dispatchPartitions"][0]["partitionId"], "0000");
     assert_eq!(replay.body["validationScheduled"], false);
     // A different plan is a status mismatch.
-    let other = api.post(&format!("/v1/runs/{run}/manifest"), manifest(&[30])).await;
-    assert_eq!((other.status.as_u16(), other.body["code"].as_str().unwrap()), (409, "RUN_STATUS_MISMATCH"));
+    let other = api
+        .post(&format!("/v1/runs/{run}/manifest"), manifest(&[30]))
+        .await;
+    assert_eq!(
+        (other.status.as_u16(), other.body["code"].as_str().unwrap()),
+        (409, "RUN_STATUS_MISMATCH")
+    );
     assert_eq!(other.body["details"], json!({"runStatus":"EXTRACTING"}));
 }
 
@@ -129,26 +204,59 @@ async fn invalid_manifest_commits_failed_manifest_then_answers_422() {
     let mut m = manifest(&[10, 20]);
     m["sourceCount"] = json!(31);
     m["plannedPartitionCount"] = json!(3);
-    let r = api.post(&format!("/v1/runs/{run}/manifest"), m.clone()).await;
+    let r = api
+        .post(&format!("/v1/runs/{run}/manifest"), m.clone())
+        .await;
     assert_eq!(r.status, 422);
     assert_eq!(r.body["code"], "MANIFEST_INVALID");
-    let violations = json!(["PARTITION_COUNT_MISMATCH planned=3 actual=2", "EXPECTED_SUM_MISMATCH sum=30 source=31"]);
+    let violations = json!([
+        "PARTITION_COUNT_MISMATCH planned=3 actual=2",
+        "EXPECTED_SUM_MISMATCH sum=30 source=31"
+    ]);
     assert_eq!(r.body["details"]["violations"], violations);
-    assert_eq!(r.body["message"], "PARTITION_COUNT_MISMATCH planned=3 actual=2; EXPECTED_SUM_MISMATCH sum=30 source=31");
-    let (status, code, stage): (String, String, String) =
-        sqlx::query_as("SELECT status, error_code, error_stage FROM nifi_ops.load_run WHERE run_id = $1")
-            .bind(run)
-            .fetch_one(&mut api.conn().await)
-            .await
-            .unwrap();
-    assert_eq!((status.as_str(), code.as_str(), stage.as_str()), ("FAILED_MANIFEST", "MANIFEST_INVALID", "MANIFEST"));
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1", run).await, 0);
-    assert_eq!(api.events(run).await, vec!["RUN_STARTED", "MANIFEST_INVALID"]);
+    assert_eq!(
+        r.body["message"],
+        "PARTITION_COUNT_MISMATCH planned=3 actual=2; EXPECTED_SUM_MISMATCH sum=30 source=31"
+    );
+    let (status, code, stage): (String, String, String) = sqlx::query_as(
+        "SELECT status, error_code, error_stage FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut api.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), code.as_str(), stage.as_str()),
+        ("FAILED_MANIFEST", "MANIFEST_INVALID", "MANIFEST")
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1",
+            run
+        )
+        .await,
+        0
+    );
+    assert_eq!(
+        api.events(run).await,
+        vec!["RUN_STARTED", "MANIFEST_INVALID"]
+    );
     // FAILED_MANIFEST has no partitions: any manifest now is 409.
     let again = api.post(&format!("/v1/runs/{run}/manifest"), m).await;
     assert_eq!(again.status, 409);
-    let missing = api.post(&format!("/v1/runs/{}/manifest", Uuid::new_v4()), manifest(&[1])).await;
-    assert_eq!((missing.status.as_u16(), missing.body["code"].as_str().unwrap()), (404, "RUN_NOT_FOUND"));
+    let missing = api
+        .post(
+            &format!("/v1/runs/{}/manifest", Uuid::new_v4()),
+            manifest(&[1]),
+        )
+        .await;
+    assert_eq!(
+        (
+            missing.status.as_u16(),
+            missing.body["code"].as_str().unwrap()
+        ),
+        (404, "RUN_NOT_FOUND")
+    );
 }
 
 #[tokio::test]
@@ -158,19 +266,36 @@ async fn all_empty_manifest_completes_in_the_same_transaction() {
         .post("/v1/runs", json!({"jobKey":"JOB","businessKey":"E","hdfsRoot":"/d","stageTablePrefix":"t","allowEmptySource":true}))
         .await;
     let run: Uuid = r.body["runId"].as_str().unwrap().parse().unwrap();
-    let r = api.post(&format!("/v1/runs/{run}/manifest"), manifest(&[0, 0])).await;
+    let r = api
+        .post(&format!("/v1/runs/{run}/manifest"), manifest(&[0, 0]))
+        .await;
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.body["status"], "EXTRACTED_VALIDATED");
     assert_eq!(r.body["validationScheduled"], true);
     assert_eq!(r.body["dispatchPartitions"], json!([]));
     assert_eq!(r.body["emptyPartitionCount"], 2);
-    assert_eq!(api.count("SELECT version_no::bigint FROM nifi_ops.load_run WHERE run_id = $1", run).await, 2);
+    assert_eq!(
+        api.count(
+            "SELECT version_no::bigint FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await,
+        2
+    );
     assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN' AND status = 'PENDING'", run).await, 1);
-    assert_eq!(api.events(run).await, vec!["RUN_STARTED", "MANIFEST_CREATED", "EXTRACT_VALIDATED"]);
+    assert_eq!(
+        api.events(run).await,
+        vec!["RUN_STARTED", "MANIFEST_CREATED", "EXTRACT_VALIDATED"]
+    );
     // Without allowEmptySource the same plan is refused.
     let blocked = api.create_run("JOB", "E2").await;
-    let r = api.post(&format!("/v1/runs/{blocked}/manifest"), manifest(&[0])).await;
-    assert_eq!(r.body["details"]["violations"], json!(["EMPTY_SOURCE_BLOCKED"]));
+    let r = api
+        .post(&format!("/v1/runs/{blocked}/manifest"), manifest(&[0]))
+        .await;
+    assert_eq!(
+        r.body["details"]["violations"],
+        json!(["EMPTY_SOURCE_BLOCKED"])
+    );
 }
 
 #[tokio::test]
@@ -183,21 +308,38 @@ async fn run_fail_pairs_idempotency_and_refusals() {
     let not_allowed = api
         .post(&format!("/v1/runs/{}/fail", Uuid::new_v4()), json!({"expectedStatus":"EXTRACTING","failStatus":"CANCELLED","errorStage":"S","errorCode":"C"}))
         .await;
-    assert_eq!(not_allowed.status, 422, "checked before the run is looked up");
+    assert_eq!(
+        not_allowed.status, 422,
+        "checked before the run is looked up"
+    );
     assert_eq!(not_allowed.body["code"], "FAIL_TRANSITION_NOT_ALLOWED");
-    assert_eq!(not_allowed.body["details"], json!({"expectedStatus":"EXTRACTING","failStatus":"CANCELLED"}));
+    assert_eq!(
+        not_allowed.body["details"],
+        json!({"expectedStatus":"EXTRACTING","failStatus":"CANCELLED"})
+    );
     let stale = api.post(&path, json!({"expectedStatus":"CREATED","failStatus":"FAILED_MANIFEST","errorStage":"S","errorCode":"C"})).await;
-    assert_eq!((stale.status.as_u16(), stale.body["details"]["runStatus"].as_str().unwrap()), (409, "EXTRACTING"));
+    assert_eq!(
+        (
+            stale.status.as_u16(),
+            stale.body["details"]["runStatus"].as_str().unwrap()
+        ),
+        (409, "EXTRACTING")
+    );
     let body = json!({"expectedStatus":"EXTRACTING","failStatus":"FAILED_EXTRACT","errorStage":"E".repeat(90),"errorCode":"HDFS_DOWN","message":"boom"});
     let r = api.post(&path, body.clone()).await;
-    assert_eq!(r.body, json!({"runId": run, "runStatus":"FAILED_EXTRACT","changed":true}));
+    assert_eq!(
+        r.body,
+        json!({"runId": run, "runStatus":"FAILED_EXTRACT","changed":true})
+    );
     let again = api.post(&path, body).await;
     assert_eq!(again.body["changed"], false);
-    let (stage, msg): (String, String) = sqlx::query_as("SELECT error_stage, error_message FROM nifi_ops.load_run WHERE run_id = $1")
-        .bind(run)
-        .fetch_one(&mut api.conn().await)
-        .await
-        .unwrap();
+    let (stage, msg): (String, String) = sqlx::query_as(
+        "SELECT error_stage, error_message FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut api.conn().await)
+    .await
+    .unwrap();
     assert_eq!((stage.len(), msg.as_str()), (80, "boom"));
     // [v1-ext] unfinished partitions are ABORTED with the run's status as their code.
     let parts: Vec<(String, String)> =
@@ -206,13 +348,20 @@ async fn run_fail_pairs_idempotency_and_refusals() {
             .fetch_all(&mut api.conn().await)
             .await
             .unwrap();
-    assert_eq!(parts, vec![("ABORTED".into(), "FAILED_EXTRACT".into()), ("ABORTED".into(), "FAILED_EXTRACT".into())]);
-    let (details,): (serde_json::Value,) =
-        sqlx::query_as("SELECT details FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_FAILED'")
-            .bind(run)
-            .fetch_one(&mut api.conn().await)
-            .await
-            .unwrap();
+    assert_eq!(
+        parts,
+        vec![
+            ("ABORTED".into(), "FAILED_EXTRACT".into()),
+            ("ABORTED".into(), "FAILED_EXTRACT".into())
+        ]
+    );
+    let (details,): (serde_json::Value,) = sqlx::query_as(
+        "SELECT details FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_FAILED'",
+    )
+    .bind(run)
+    .fetch_one(&mut api.conn().await)
+    .await
+    .unwrap();
     assert_eq!(details["abortedPartitions"], 2);
     assert_eq!(details["from"], "EXTRACTING");
     let missing = api.post(&format!("/v1/runs/{}/fail", Uuid::new_v4()), json!({"expectedStatus":"EXTRACTING","failStatus":"FAILED_EXTRACT","errorStage":"S","errorCode":"C"})).await;
@@ -226,19 +375,52 @@ async fn list_and_detail() {
     let b = api.create_run("OTHER", "B").await;
     let all = api.get("/v1/runs").await;
     assert_eq!(all.status, 200);
-    let ids: Vec<&str> = all.body.as_array().unwrap().iter().map(|r| r["runId"].as_str().unwrap()).collect();
+    let ids: Vec<&str> = all
+        .body
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["runId"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, vec![b.to_string(), a.to_string()], "newest first");
-    let one = api.send("GET", "/v1/runs?jobKey=JOB&status=EXTRACTING&limit=1&extra=ignored", Some(OPERATOR), None).await;
+    let one = api
+        .send(
+            "GET",
+            "/v1/runs?jobKey=JOB&status=EXTRACTING&limit=1&extra=ignored",
+            Some(OPERATOR),
+            None,
+        )
+        .await;
     assert_eq!(one.body.as_array().unwrap().len(), 1);
     let row = &one.body[0];
-    for key in ["runId","jobKey","businessKey","status","sourceCount","extractedCount","stagingCount","targetCount","expectedPartitionCount",
-                "successPartitionCount","failedPartitionCount","startedAt","heartbeatAt","completedAt","errorCode"] {
+    for key in [
+        "runId",
+        "jobKey",
+        "businessKey",
+        "status",
+        "sourceCount",
+        "extractedCount",
+        "stagingCount",
+        "targetCount",
+        "expectedPartitionCount",
+        "successPartitionCount",
+        "failedPartitionCount",
+        "startedAt",
+        "heartbeatAt",
+        "completedAt",
+        "errorCode",
+    ] {
         assert!(row.get(key).is_some(), "missing {key}");
     }
     assert!(row["startedAt"].as_str().unwrap().ends_with('Z'));
     let bad = api.get("/v1/runs?status=RUNNING&limit=0").await;
     assert_eq!(bad.status, 422);
-    let fields: Vec<&str> = bad.body["details"]["errors"].as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+    let fields: Vec<&str> = bad.body["details"]["errors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["field"].as_str().unwrap())
+        .collect();
     assert_eq!(fields, vec!["query.status", "query.limit"]);
 
     let token = Uuid::new_v4();
@@ -252,7 +434,10 @@ async fn list_and_detail() {
     assert_eq!(d.body["dispatches"], json!([]));
     assert_eq!(d.body["stageTable"], format!("tmp_{}", a.simple()));
     let nf = api.get(&format!("/v1/runs/{}", Uuid::new_v4())).await;
-    assert_eq!((nf.status.as_u16(), nf.body["code"].as_str().unwrap()), (404, "RUN_NOT_FOUND"));
+    assert_eq!(
+        (nf.status.as_u16(), nf.body["code"].as_str().unwrap()),
+        (404, "RUN_NOT_FOUND")
+    );
 }
 
 #[tokio::test]
@@ -261,23 +446,40 @@ async fn claim_replay_refusal_and_not_found() {
     let run = api.extracting_run("JOB", "K", &[5, 0]).await;
     let t1 = Uuid::new_v4();
     let r = api.claim(run, "0000", t1).await;
-    assert_eq!(r.body, json!({"claimed":true,"runStatus":"EXTRACTING","partitionStatus":"RUNNING","attempt":1}));
+    assert_eq!(
+        r.body,
+        json!({"claimed":true,"runStatus":"EXTRACTING","partitionStatus":"RUNNING","attempt":1})
+    );
     // Same token in another accepted form: a replay, attempt unchanged.
     let braced = format!("{{{}}}", t1.simple().to_string().to_uppercase());
-    let r = api.post(&format!("/v1/runs/{run}/partitions/0000/claim"), json!({"claimToken": braced, "workerNode":"nifi-01"})).await;
+    let r = api
+        .post(
+            &format!("/v1/runs/{run}/partitions/0000/claim"),
+            json!({"claimToken": braced, "workerNode":"nifi-01"}),
+        )
+        .await;
     assert_eq!(r.body["claimed"], true);
     assert_eq!(r.body["attempt"], 1);
     let other = api.claim(run, "0000", Uuid::new_v4()).await;
-    assert_eq!(other.body, json!({"claimed":false,"runStatus":"EXTRACTING","partitionStatus":"RUNNING","attempt":1}));
+    assert_eq!(
+        other.body,
+        json!({"claimed":false,"runStatus":"EXTRACTING","partitionStatus":"RUNNING","attempt":1})
+    );
     let done = api.claim(run, "0001", Uuid::new_v4()).await;
     assert_eq!(done.body["partitionStatus"], "SUCCESS");
     assert_eq!(done.body["claimed"], false);
     let nf = api.claim(run, "0009", Uuid::new_v4()).await;
-    assert_eq!((nf.status.as_u16(), nf.body["code"].as_str().unwrap()), (404, "PARTITION_NOT_FOUND"));
+    assert_eq!(
+        (nf.status.as_u16(), nf.body["code"].as_str().unwrap()),
+        (404, "PARTITION_NOT_FOUND")
+    );
     let nr = api.claim(Uuid::new_v4(), "0000", Uuid::new_v4()).await;
     assert_eq!(nr.body["code"], "RUN_NOT_FOUND");
     let events = api.events(run).await;
-    assert_eq!(events.iter().filter(|e| *e == "PARTITION_STARTED").count(), 1);
+    assert_eq!(
+        events.iter().filter(|e| *e == "PARTITION_STARTED").count(),
+        1
+    );
     let created = api.create_run("JOB", "C").await;
     let not_extracting = api.claim(created, "0000", Uuid::new_v4()).await;
     assert_eq!(not_extracting.body["code"], "PARTITION_NOT_FOUND");
@@ -291,24 +493,39 @@ async fn chunks_progress_success_completion_and_validate_run() {
     api.claim(run, "0000", t0).await;
     api.claim(run, "0001", t1).await;
     let r = api.chunk(run, "0000", t0, 1, 2, 4).await;
-    assert_eq!(r.body, json!({"recorded":true,"partitionStatus":"RUNNING","runStatus":"EXTRACTING","receivedChunks":1,"chunkCount":2,"validationScheduled":false}));
+    assert_eq!(
+        r.body,
+        json!({"recorded":true,"partitionStatus":"RUNNING","runStatus":"EXTRACTING","receivedChunks":1,"chunkCount":2,"validationScheduled":false})
+    );
     let r = api.chunk(run, "0000", t0, 0, 2, 6).await;
     assert_eq!(r.body["partitionStatus"], "SUCCESS");
     assert_eq!(r.body["validationScheduled"], false);
     // An identical replay after success is accepted, a changed one is a conflict and changes nothing.
     assert_eq!(api.chunk(run, "0000", t0, 0, 2, 6).await.status, 200);
     let conflict = api.chunk(run, "0000", t0, 0, 2, 5).await;
-    assert_eq!((conflict.status.as_u16(), conflict.body["code"].as_str().unwrap()), (409, "CHUNK_CONFLICT"));
+    assert_eq!(
+        (
+            conflict.status.as_u16(),
+            conflict.body["code"].as_str().unwrap()
+        ),
+        (409, "CHUNK_CONFLICT")
+    );
     assert_eq!(api.count("SELECT record_count FROM nifi_ops.load_file WHERE run_id = $1 AND partition_id = '0000' AND chunk_index = 0", run).await, 6);
     let last = api.chunk(run, "0001", t1, 0, 1, 7).await;
-    assert_eq!(last.body, json!({"recorded":true,"partitionStatus":"SUCCESS","runStatus":"EXTRACTED_VALIDATED","receivedChunks":1,"chunkCount":1,"validationScheduled":true}));
+    assert_eq!(
+        last.body,
+        json!({"recorded":true,"partitionStatus":"SUCCESS","runStatus":"EXTRACTED_VALIDATED","receivedChunks":1,"chunkCount":1,"validationScheduled":true})
+    );
     let (status, extracted, success): (String, i64, i32) =
         sqlx::query_as("SELECT status, extracted_count, success_partition_count FROM nifi_ops.load_run WHERE run_id = $1")
             .bind(run)
             .fetch_one(&mut api.conn().await)
             .await
             .unwrap();
-    assert_eq!((status.as_str(), extracted, success), ("EXTRACTED_VALIDATED", 17, 2));
+    assert_eq!(
+        (status.as_str(), extracted, success),
+        ("EXTRACTED_VALIDATED", 17, 2)
+    );
     assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'", run).await, 1);
     let (rows, files, bytes): (i64, i32, i64) =
         sqlx::query_as("SELECT actual_row_count, file_count, byte_count FROM nifi_ops.load_partition WHERE run_id = $1 AND partition_id = '0000'")
@@ -321,8 +538,14 @@ async fn chunks_progress_success_completion_and_validate_run() {
     let late = api.chunk(run, "0001", t1, 0, 1, 7).await;
     assert_eq!(late.body["runStatus"], "EXTRACTED_VALIDATED");
     let events = api.events(run).await;
-    assert_eq!(events.iter().filter(|e| *e == "PARTITION_SUCCESS").count(), 2);
-    assert_eq!(events.iter().filter(|e| *e == "EXTRACT_VALIDATED").count(), 1);
+    assert_eq!(
+        events.iter().filter(|e| *e == "PARTITION_SUCCESS").count(),
+        2
+    );
+    assert_eq!(
+        events.iter().filter(|e| *e == "EXTRACT_VALIDATED").count(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -332,29 +555,70 @@ async fn chunk_refusals_write_nothing() {
     let t = Uuid::new_v4();
     api.claim(run, "0000", t).await;
     let stale = api.chunk(run, "0000", Uuid::new_v4(), 0, 1, 10).await;
-    assert_eq!((stale.status.as_u16(), stale.body["code"].as_str().unwrap()), (409, "CLAIM_MISMATCH"));
+    assert_eq!(
+        (stale.status.as_u16(), stale.body["code"].as_str().unwrap()),
+        (409, "CLAIM_MISMATCH")
+    );
     let unclaimed = api.chunk(run, "0001", t, 0, 1, 10).await;
     assert_eq!(unclaimed.body["code"], "CLAIM_MISMATCH");
     let mut outside = chunk_body(run, "0000", t, 0, 1, 10);
-    outside["hdfsPath"] = json!(format!("/data/stage/JOB/run_id={run}/../run_id=x/part.parquet"));
-    let r = api.post(&format!("/v1/runs/{run}/partitions/0000/chunks"), outside).await;
-    assert_eq!((r.status.as_u16(), r.body["code"].as_str().unwrap()), (422, "HDFS_PATH_OUTSIDE_RUN"));
+    outside["hdfsPath"] = json!(format!(
+        "/data/stage/JOB/run_id={run}/../run_id=x/part.parquet"
+    ));
+    let r = api
+        .post(&format!("/v1/runs/{run}/partitions/0000/chunks"), outside)
+        .await;
+    assert_eq!(
+        (r.status.as_u16(), r.body["code"].as_str().unwrap()),
+        (422, "HDFS_PATH_OUTSIDE_RUN")
+    );
     let mut sibling = chunk_body(run, "0000", t, 0, 1, 10);
     sibling["hdfsPath"] = json!(format!("/data/stage/JOB/run_id={run}x/part.parquet"));
-    assert_eq!(api.post(&format!("/v1/runs/{run}/partitions/0000/chunks"), sibling).await.body["code"], "HDFS_PATH_OUTSIDE_RUN");
+    assert_eq!(
+        api.post(&format!("/v1/runs/{run}/partitions/0000/chunks"), sibling)
+            .await
+            .body["code"],
+        "HDFS_PATH_OUTSIDE_RUN"
+    );
     let range = api.chunk(Uuid::new_v4(), "0000", t, 2, 2, 10).await;
-    assert_eq!((range.status.as_u16(), range.body["code"].as_str().unwrap()), (422, "CHUNK_INDEX_OUT_OF_RANGE"), "before any lookup");
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1", run).await, 0);
+    assert_eq!(
+        (range.status.as_u16(), range.body["code"].as_str().unwrap()),
+        (422, "CHUNK_INDEX_OUT_OF_RANGE"),
+        "before any lookup"
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1",
+            run
+        )
+        .await,
+        0
+    );
     // Another chunk row may not record the same file.
     let t1 = Uuid::new_v4();
     api.claim(run, "0001", t1).await;
     assert_eq!(api.chunk(run, "0000", t, 0, 2, 4).await.status, 200);
     let mut same_file = chunk_body(run, "0001", t1, 0, 2, 4);
     same_file["hdfsPath"] = chunk_body(run, "0000", t, 0, 2, 4)["hdfsPath"].clone();
-    let dup = api.post(&format!("/v1/runs/{run}/partitions/0001/chunks"), same_file).await;
-    assert_eq!((dup.status.as_u16(), dup.body["code"].as_str().unwrap()), (409, "UNIQUE_VIOLATION"));
-    assert_eq!(dup.body["details"], json!({"constraint":"uq_load_file_path"}));
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1", run).await, 1);
+    let dup = api
+        .post(&format!("/v1/runs/{run}/partitions/0001/chunks"), same_file)
+        .await;
+    assert_eq!(
+        (dup.status.as_u16(), dup.body["code"].as_str().unwrap()),
+        (409, "UNIQUE_VIOLATION")
+    );
+    assert_eq!(
+        dup.body["details"],
+        json!({"constraint":"uq_load_file_path"})
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1",
+            run
+        )
+        .await,
+        1
+    );
 }
 
 #[tokio::test]
@@ -374,11 +638,24 @@ async fn gate_mismatch_fails_partition_and_run_and_aborts_the_rest() {
             .await
             .unwrap();
     assert_eq!(code, "ROW_COUNT_MISMATCH");
-    assert_eq!(msg, "partition 0000: files=1 chunkCount=1 distinctCounts=1 rows=9 expected=10");
+    assert_eq!(
+        msg,
+        "partition 0000: files=1 chunkCount=1 distinctCounts=1 rows=9 expected=10"
+    );
     assert_eq!(failed, 1);
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'ABORTED'", run).await, 1);
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'ABORTED'",
+            run
+        )
+        .await,
+        1
+    );
     let events = api.events(run).await;
-    assert!(events.ends_with(&["PARTITION_FAILED".to_string(), "RUN_FAILED".to_string()]), "{events:?}");
+    assert!(
+        events.ends_with(&["PARTITION_FAILED".to_string(), "RUN_FAILED".to_string()]),
+        "{events:?}"
+    );
 }
 
 #[tokio::test]
@@ -391,13 +668,25 @@ async fn partition_fail_outcomes() {
     let path = |p: &str| format!("/v1/runs/{run}/partitions/{p}/fail");
     let body = |t: Uuid| json!({"claimToken": t, "errorStage":"EXTRACT","errorClass":"SNAPSHOT","errorCode":"ora-01555","message":"snapshot too old","attempt":"3"});
     let wrong = api.post(&path("0000"), body(Uuid::new_v4())).await;
-    assert_eq!((wrong.status.as_u16(), wrong.body["code"].as_str().unwrap()), (409, "CLAIM_MISMATCH"));
+    assert_eq!(
+        (wrong.status.as_u16(), wrong.body["code"].as_str().unwrap()),
+        (409, "CLAIM_MISMATCH")
+    );
     let r = api.post(&path("0000"), body(t0)).await;
-    assert_eq!(r.body, json!({"partitionStatus":"FAILED","runStatus":"FAILED_SNAPSHOT_EXPIRED","changed":true}));
-    assert_eq!(api.post(&path("0000"), body(t0)).await.body["changed"], false);
+    assert_eq!(
+        r.body,
+        json!({"partitionStatus":"FAILED","runStatus":"FAILED_SNAPSHOT_EXPIRED","changed":true})
+    );
+    assert_eq!(
+        api.post(&path("0000"), body(t0)).await.body["changed"],
+        false
+    );
     // The other running partition was closed with the run.
     let aborted = api.post(&path("0001"), body(t1)).await;
-    assert_eq!(aborted.body, json!({"partitionStatus":"ABORTED","runStatus":"FAILED_SNAPSHOT_EXPIRED","changed":false}));
+    assert_eq!(
+        aborted.body,
+        json!({"partitionStatus":"ABORTED","runStatus":"FAILED_SNAPSHOT_EXPIRED","changed":false})
+    );
     let (attempt, class): (i32, String) =
         sqlx::query_as("SELECT attempt_no, error_class FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'PARTITION_FAILED'")
             .bind(run)
@@ -405,11 +694,13 @@ async fn partition_fail_outcomes() {
             .await
             .unwrap();
     assert_eq!((attempt, class.as_str()), (3, "SNAPSHOT"));
-    let (msg,): (String,) = sqlx::query_as("SELECT message FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_FAILED'")
-        .bind(run)
-        .fetch_one(&mut api.conn().await)
-        .await
-        .unwrap();
+    let (msg,): (String,) = sqlx::query_as(
+        "SELECT message FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_FAILED'",
+    )
+    .bind(run)
+    .fetch_one(&mut api.conn().await)
+    .await
+    .unwrap();
     assert_eq!(msg, "partition 0000: snapshot too old");
 
     let run2 = api.extracting_run("JOB", "K2", &[5, 5]).await;
@@ -417,16 +708,27 @@ async fn partition_fail_outcomes() {
     api.claim(run2, "0000", t).await;
     api.chunk(run2, "0000", t, 0, 1, 5).await;
     let done = api
-        .post(&format!("/v1/runs/{run2}/partitions/0000/fail"), json!({"claimToken": t, "errorStage":"E","errorClass":"DB","errorCode":"X"}))
+        .post(
+            &format!("/v1/runs/{run2}/partitions/0000/fail"),
+            json!({"claimToken": t, "errorStage":"E","errorClass":"DB","errorCode":"X"}),
+        )
         .await;
-    assert_eq!((done.status.as_u16(), done.body["code"].as_str().unwrap()), (409, "PARTITION_STATUS_MISMATCH"));
+    assert_eq!(
+        (done.status.as_u16(), done.body["code"].as_str().unwrap()),
+        (409, "PARTITION_STATUS_MISMATCH")
+    );
     assert_eq!(done.body["details"], json!({"partitionStatus":"SUCCESS"}));
     let t1 = Uuid::new_v4();
     api.claim(run2, "0001", t1).await;
     let plain = api
-        .post(&format!("/v1/runs/{run2}/partitions/0001/fail"), json!({"claimToken": t1, "errorStage":"E","errorClass":"DB","errorCode":"ORA-00001"}))
+        .post(
+            &format!("/v1/runs/{run2}/partitions/0001/fail"),
+            json!({"claimToken": t1, "errorStage":"E","errorClass":"DB","errorCode":"ORA-00001"}),
+        )
         .await;
     assert_eq!(plain.body["runStatus"], "FAILED_EXTRACT");
-    let nf = api.post(&format!("/v1/runs/{run2}/partitions/0042/fail"), body(t)).await;
+    let nf = api
+        .post(&format!("/v1/runs/{run2}/partitions/0042/fail"), body(t))
+        .await;
     assert_eq!(nf.body["code"], "PARTITION_NOT_FOUND");
 }

@@ -18,13 +18,27 @@ async fn all_at_once(api: &Api, calls: Vec<(String, Value)>) -> Vec<Reply> {
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
                 // Warm the connection so the barrier releases requests, not TCP handshakes.
-                client.get(url.split("/v1").next().unwrap().to_string() + "/healthz").send().await.unwrap();
+                client
+                    .get(url.split("/v1").next().unwrap().to_string() + "/healthz")
+                    .send()
+                    .await
+                    .unwrap();
                 barrier.wait().await;
-                let res = client.post(url).bearer_auth(NIFI).json(&body).send().await.unwrap();
+                let res = client
+                    .post(url)
+                    .bearer_auth(NIFI)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap();
                 let status = res.status();
                 let headers = res.headers().clone();
                 let body: Value = res.json().await.unwrap();
-                Reply { status, headers, body }
+                Reply {
+                    status,
+                    headers,
+                    body,
+                }
             })
         })
         .collect();
@@ -45,13 +59,17 @@ async fn sixteen_creates_of_one_key_make_exactly_one_run() {
         let won: Vec<&Reply> = replies.iter().filter(|r| r.status == 200).collect();
         assert_eq!(won.len(), 1, "round {round}");
         for r in replies.iter().filter(|r| r.status != 200) {
-            assert_eq!((r.status.as_u16(), r.body["code"].as_str().unwrap()), (409, "DUPLICATE_ACTIVE_RUN"));
+            assert_eq!(
+                (r.status.as_u16(), r.body["code"].as_str().unwrap()),
+                (409, "DUPLICATE_ACTIVE_RUN")
+            );
         }
-        let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE business_key = $1")
-            .bind(&bk)
-            .fetch_one(&mut api.conn().await)
-            .await
-            .unwrap();
+        let (n,): (i64,) =
+            sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE business_key = $1")
+                .bind(&bk)
+                .fetch_one(&mut api.conn().await)
+                .await
+                .unwrap();
         assert_eq!(n, 1);
         let run: Uuid = won[0].body["runId"].as_str().unwrap().parse().unwrap();
         assert_eq!(api.events(run).await, vec!["RUN_STARTED"]);
@@ -66,22 +84,48 @@ async fn eight_claims_of_one_partition_have_one_owner() {
         let tokens: Vec<Uuid> = (0..8).map(|_| Uuid::new_v4()).collect();
         let calls = tokens
             .iter()
-            .map(|t| (format!("/v1/runs/{run}/partitions/0000/claim"), json!({"claimToken": t, "workerNode": "n"})))
+            .map(|t| {
+                (
+                    format!("/v1/runs/{run}/partitions/0000/claim"),
+                    json!({"claimToken": t, "workerNode": "n"}),
+                )
+            })
             .collect();
         let replies = all_at_once(&api, calls).await;
-        let winners: Vec<usize> = (0..8).filter(|&i| replies[i].body["claimed"] == true).collect();
-        assert_eq!(winners.len(), 1, "round {round}: {:?}", replies.iter().map(|r| &r.body).collect::<Vec<_>>());
+        let winners: Vec<usize> = (0..8)
+            .filter(|&i| replies[i].body["claimed"] == true)
+            .collect();
+        assert_eq!(
+            winners.len(),
+            1,
+            "round {round}: {:?}",
+            replies.iter().map(|r| &r.body).collect::<Vec<_>>()
+        );
         assert_eq!(replies[winners[0]].body["attempt"], 1);
         let replay = api.claim(run, "0000", tokens[winners[0]]).await;
-        assert_eq!((replay.body["claimed"].as_bool(), replay.body["attempt"].as_i64()), (Some(true), Some(1)));
-        let (attempts, owner): (i32, Uuid) =
-            sqlx::query_as("SELECT attempt_count, claim_token FROM nifi_ops.load_partition WHERE run_id = $1")
-                .bind(run)
-                .fetch_one(&mut api.conn().await)
-                .await
-                .unwrap();
+        assert_eq!(
+            (
+                replay.body["claimed"].as_bool(),
+                replay.body["attempt"].as_i64()
+            ),
+            (Some(true), Some(1))
+        );
+        let (attempts, owner): (i32, Uuid) = sqlx::query_as(
+            "SELECT attempt_count, claim_token FROM nifi_ops.load_partition WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(&mut api.conn().await)
+        .await
+        .unwrap();
         assert_eq!((attempts, owner), (1, tokens[winners[0]]));
-        assert_eq!(api.events(run).await.iter().filter(|e| *e == "PARTITION_STARTED").count(), 1);
+        assert_eq!(
+            api.events(run)
+                .await
+                .iter()
+                .filter(|e| *e == "PARTITION_STARTED")
+                .count(),
+            1
+        );
     }
 }
 
@@ -95,14 +139,38 @@ async fn last_chunks_at_once(api: &Api, partitions: usize, bk: &str) {
         // Chunk 0 of 2 first; the race is on chunk 1, which completes each partition.
         assert_eq!(api.chunk(run, &pid(i), *t, 0, 2, 1).await.status, 200);
     }
-    let last = |i: usize| (format!("/v1/runs/{run}/partitions/{}/chunks", pid(i)), chunk_body(run, &pid(i), tokens[i], 1, 2, rows[i] - 1));
+    let last = |i: usize| {
+        (
+            format!("/v1/runs/{run}/partitions/{}/chunks", pid(i)),
+            chunk_body(run, &pid(i), tokens[i], 1, 2, rows[i] - 1),
+        )
+    };
     let replies = all_at_once(api, (0..partitions).map(last).collect()).await;
-    assert!(replies.iter().all(|r| r.status == 200), "{:?}", replies.iter().map(|r| &r.body).collect::<Vec<_>>());
-    assert_eq!(replies.iter().filter(|r| r.body["validationScheduled"] == true).count(), 1, "{partitions} partitions");
-    assert!(replies.iter().all(|r| r.body["partitionStatus"] == "SUCCESS"));
+    assert!(
+        replies.iter().all(|r| r.status == 200),
+        "{:?}",
+        replies.iter().map(|r| &r.body).collect::<Vec<_>>()
+    );
+    assert_eq!(
+        replies
+            .iter()
+            .filter(|r| r.body["validationScheduled"] == true)
+            .count(),
+        1,
+        "{partitions} partitions"
+    );
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.body["partitionStatus"] == "SUCCESS")
+    );
     // Replays of every chunk, all at once, change nothing.
     let replays = all_at_once(api, (0..partitions).map(last).collect()).await;
-    assert!(replays.iter().all(|r| r.status == 200 && r.body["validationScheduled"] == false));
+    assert!(
+        replays
+            .iter()
+            .all(|r| r.status == 200 && r.body["validationScheduled"] == false)
+    );
     let (status, success, expected, extracted, source): (String, i32, i32, i64, i64) = sqlx::query_as(
         "SELECT status, success_partition_count, expected_partition_count, extracted_count, source_count FROM nifi_ops.load_run WHERE run_id = $1",
     )
@@ -111,11 +179,26 @@ async fn last_chunks_at_once(api: &Api, partitions: usize, bk: &str) {
     .await
     .unwrap();
     assert_eq!(status, "EXTRACTED_VALIDATED");
-    let recount = api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'SUCCESS'", run).await;
-    assert_eq!((success as i64, expected as i64), (recount, partitions as i64));
+    let recount = api
+        .count(
+            "SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'SUCCESS'",
+            run,
+        )
+        .await;
+    assert_eq!(
+        (success as i64, expected as i64),
+        (recount, partitions as i64)
+    );
     assert_eq!(extracted, source);
     assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'", run).await, 1);
-    assert_eq!(api.events(run).await.iter().filter(|e| *e == "EXTRACT_VALIDATED").count(), 1);
+    assert_eq!(
+        api.events(run)
+            .await
+            .iter()
+            .filter(|e| *e == "EXTRACT_VALIDATED")
+            .count(),
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -132,10 +215,24 @@ async fn the_same_chunk_three_times_at_once_is_one_row() {
     let run = api.extracting_run("JOB", "K", &[9]).await;
     let t = Uuid::new_v4();
     api.claim(run, "0000", t).await;
-    let call = (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", t, 0, 3, 3));
+    let call = (
+        format!("/v1/runs/{run}/partitions/0000/chunks"),
+        chunk_body(run, "0000", t, 0, 3, 3),
+    );
     let replies = all_at_once(&api, vec![call; 3]).await;
-    assert!(replies.iter().all(|r| r.status == 200 && r.body["receivedChunks"] == 1));
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1", run).await, 1);
+    assert!(
+        replies
+            .iter()
+            .all(|r| r.status == 200 && r.body["receivedChunks"] == 1)
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1",
+            run
+        )
+        .await,
+        1
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -144,26 +241,39 @@ async fn completion_and_failure_never_both_happen() {
     let mut completed = 0;
     let mut failed = 0;
     for round in 0..12 {
-        let run = api.extracting_run("JOB", &format!("C{round}"), &[4, 4]).await;
+        let run = api
+            .extracting_run("JOB", &format!("C{round}"), &[4, 4])
+            .await;
         let (t0, t1) = (Uuid::new_v4(), Uuid::new_v4());
         api.claim(run, "0000", t0).await;
         api.claim(run, "0001", t1).await;
         api.chunk(run, "0001", t1, 0, 1, 4).await;
         // The last chunk of 0000 (completes the run) against a failure report for the same partition.
         let calls = vec![
-            (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", t0, 0, 1, 4)),
+            (
+                format!("/v1/runs/{run}/partitions/0000/chunks"),
+                chunk_body(run, "0000", t0, 0, 1, 4),
+            ),
             (
                 format!("/v1/runs/{run}/partitions/0000/fail"),
                 json!({"claimToken": t0, "errorStage":"EXTRACT","errorClass":"DB","errorCode":"ORA-1"}),
             ),
         ];
         let r = all_at_once(&api, calls).await;
-        let validations = api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1", run).await;
+        let validations = api
+            .count(
+                "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1",
+                run,
+            )
+            .await;
         match api.run_status(run).await.as_str() {
             "EXTRACTED_VALIDATED" => {
                 completed += 1;
                 assert_eq!(r[0].body["validationScheduled"], true);
-                assert_eq!((r[1].status.as_u16(), r[1].body["code"].as_str()), (409, Some("PARTITION_STATUS_MISMATCH")));
+                assert_eq!(
+                    (r[1].status.as_u16(), r[1].body["code"].as_str()),
+                    (409, Some("PARTITION_STATUS_MISMATCH"))
+                );
                 assert_eq!(validations, 1);
             }
             "FAILED_EXTRACT" => {
@@ -195,17 +305,46 @@ async fn a_stale_owner_is_refused_after_a_reset_and_writes_nothing() {
     .execute(&mut conn)
     .await
     .unwrap();
-    sqlx::query("UPDATE nifi_ops.load_file SET status = 'FAILED' WHERE run_id = $1").bind(run).execute(&mut conn).await.unwrap();
+    sqlx::query("UPDATE nifi_ops.load_file SET status = 'FAILED' WHERE run_id = $1")
+        .bind(run)
+        .execute(&mut conn)
+        .await
+        .unwrap();
     let before_reclaim = api.chunk(run, "0000", old, 1, 2, 3).await;
-    assert_eq!(before_reclaim.body["code"], "CLAIM_MISMATCH", "a NULL token after the reset matches nobody");
+    assert_eq!(
+        before_reclaim.body["code"], "CLAIM_MISMATCH",
+        "a NULL token after the reset matches nobody"
+    );
     let reclaimed = api.claim(run, "0000", new).await;
-    assert_eq!((reclaimed.body["claimed"].as_bool(), reclaimed.body["attempt"].as_i64()), (Some(true), Some(2)));
+    assert_eq!(
+        (
+            reclaimed.body["claimed"].as_bool(),
+            reclaimed.body["attempt"].as_i64()
+        ),
+        (Some(true), Some(2))
+    );
     let calls = vec![
-        (format!("/v1/runs/{run}/partitions/0000/chunks"), chunk_body(run, "0000", old, 1, 2, 3)),
-        (format!("/v1/runs/{run}/partitions/0000/fail"), json!({"claimToken": old, "errorStage":"E","errorClass":"C","errorCode":"X"})),
+        (
+            format!("/v1/runs/{run}/partitions/0000/chunks"),
+            chunk_body(run, "0000", old, 1, 2, 3),
+        ),
+        (
+            format!("/v1/runs/{run}/partitions/0000/fail"),
+            json!({"claimToken": old, "errorStage":"E","errorClass":"C","errorCode":"X"}),
+        ),
     ];
     let r = all_at_once(&api, calls).await;
-    assert!(r.iter().all(|r| r.status == 409 && r.body["code"] == "CLAIM_MISMATCH"));
-    assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND chunk_index = 1", run).await, 0);
+    assert!(
+        r.iter()
+            .all(|r| r.status == 409 && r.body["code"] == "CLAIM_MISMATCH")
+    );
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND chunk_index = 1",
+            run
+        )
+        .await,
+        0
+    );
     assert_eq!(api.run_status(run).await, "EXTRACTING");
 }

@@ -43,7 +43,15 @@ mod tests {
 
     #[test]
     fn rejects_what_the_pattern_rejects() {
-        for bad in ["", "-", "1.5", "+1", "1e3", " 1", "999999999999999999999999999999999999999"] {
+        for bad in [
+            "",
+            "-",
+            "1.5",
+            "+1",
+            "1e3",
+            " 1",
+            "999999999999999999999999999999999999999",
+        ] {
             assert!(Decimal38::parse(bad).is_none(), "{bad:?} accepted");
         }
     }

@@ -11,9 +11,15 @@ pub enum LedgerError {
     #[error("dispatch not found")]
     DispatchNotFound,
     #[error("an active run exists for {job_key}/{business_key}")]
-    DuplicateActiveRun { job_key: String, business_key: String },
+    DuplicateActiveRun {
+        job_key: String,
+        business_key: String,
+    },
     #[error("run is {run_status}")]
-    RunStatusMismatch { run_status: RunStatus, stage: Option<String> },
+    RunStatusMismatch {
+        run_status: RunStatus,
+        stage: Option<String>,
+    },
     #[error("claim token does not own the partition")]
     ClaimMismatch,
     #[error("chunk differs from the one recorded for a succeeded partition")]
@@ -33,7 +39,10 @@ pub enum LedgerError {
     #[error("job {job_key} is not registered")]
     JobNotRegistered { job_key: String },
     #[error("fail transition {expected} -> {fail} is not allowed")]
-    FailTransitionNotAllowed { expected: RunStatus, fail: RunStatus },
+    FailTransitionNotAllowed {
+        expected: RunStatus,
+        fail: RunStatus,
+    },
     #[error("manifest invalid: {}", violations.join("; "))]
     ManifestInvalid { violations: Vec<String> },
     #[error("invalid hdfsRoot")]
@@ -74,7 +83,9 @@ impl From<sqlx::Error> for LedgerError {
             match db.code().as_deref() {
                 Some("23505") => return LedgerError::UniqueViolation { constraint },
                 Some("23503") => return LedgerError::ReferenceNotFound { constraint },
-                Some(c) if c.starts_with("23") => return LedgerError::ConstraintViolation { constraint },
+                Some(c) if c.starts_with("23") => {
+                    return LedgerError::ConstraintViolation { constraint };
+                }
                 _ => {}
             }
         }

@@ -65,7 +65,6 @@ impl Event {
         self
     }
 
-
     pub fn partition(mut self, pid: &str) -> Self {
         self.partition_id = Some(pid.to_string());
         self
@@ -96,7 +95,6 @@ impl Event {
         self
     }
 
-
     pub fn details(mut self, d: Value) -> Self {
         self.details = d;
         self
@@ -109,7 +107,6 @@ impl Event {
         }
         self
     }
-
 
     pub async fn insert(self, conn: &mut PgConnection) -> LedgerResult<()> {
         let processor = self.name.to_lowercase();

@@ -44,24 +44,48 @@ mod tests {
     use super::*;
 
     fn agg(files: i64, lo: i32, hi: i32, rows: i128, distinct: i64) -> ChunkAggregate {
-        ChunkAggregate { files, lo: Some(lo), hi: Some(hi), rows, bytes: None, distinct_counts: distinct }
+        ChunkAggregate {
+            files,
+            lo: Some(lo),
+            hi: Some(hi),
+            rows,
+            bytes: None,
+            distinct_counts: distinct,
+        }
     }
 
     #[test]
     fn complete_and_counted_passes() {
-        assert_eq!(judge_chunk_gate(&agg(2, 0, 1, 10, 1), 2, 10), GateVerdict::Success);
-        assert_eq!(judge_chunk_gate(&agg(1, 0, 0, 0, 1), 1, 0), GateVerdict::Success);
+        assert_eq!(
+            judge_chunk_gate(&agg(2, 0, 1, 10, 1), 2, 10),
+            GateVerdict::Success
+        );
+        assert_eq!(
+            judge_chunk_gate(&agg(1, 0, 0, 0, 1), 1, 0),
+            GateVerdict::Success
+        );
     }
 
     #[test]
     fn wrong_rows_extra_chunks_or_mixed_counts_fail_with_the_contract_message() {
         assert_eq!(
             judge_chunk_gate(&agg(2, 0, 1, 9, 1), 2, 10),
-            GateVerdict::Mismatch("files=2 chunkCount=2 distinctCounts=1 rows=9 expected=10".into())
+            GateVerdict::Mismatch(
+                "files=2 chunkCount=2 distinctCounts=1 rows=9 expected=10".into()
+            )
         );
-        assert!(matches!(judge_chunk_gate(&agg(3, 0, 2, 10, 1), 2, 10), GateVerdict::Mismatch(_)));
-        assert!(matches!(judge_chunk_gate(&agg(2, 0, 1, 10, 2), 2, 10), GateVerdict::Mismatch(_)));
-        assert!(matches!(judge_chunk_gate(&agg(2, 1, 2, 10, 1), 2, 10), GateVerdict::Mismatch(_)));
+        assert!(matches!(
+            judge_chunk_gate(&agg(3, 0, 2, 10, 1), 2, 10),
+            GateVerdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            judge_chunk_gate(&agg(2, 0, 1, 10, 2), 2, 10),
+            GateVerdict::Mismatch(_)
+        ));
+        assert!(matches!(
+            judge_chunk_gate(&agg(2, 1, 2, 10, 1), 2, 10),
+            GateVerdict::Mismatch(_)
+        ));
     }
 
     #[test]

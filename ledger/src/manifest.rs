@@ -33,22 +33,40 @@ pub struct Manifest {
 pub fn manifest_violations(m: &Manifest, allow_empty_source: bool) -> Vec<String> {
     let mut v = Vec::new();
     let mut seen = HashSet::new();
-    if !m.partitions.iter().all(|p| seen.insert(p.partition_id.as_str())) {
+    if !m
+        .partitions
+        .iter()
+        .all(|p| seen.insert(p.partition_id.as_str()))
+    {
         v.push("DUPLICATE_PARTITION_ID".to_string());
     }
     let actual = m.partitions.len() as i64;
     if actual != m.planned_partition_count {
-        v.push(format!("PARTITION_COUNT_MISMATCH planned={} actual={actual}", m.planned_partition_count));
+        v.push(format!(
+            "PARTITION_COUNT_MISMATCH planned={} actual={actual}",
+            m.planned_partition_count
+        ));
     }
     // i128: 10,000 partitions of at most i64::MAX rows cannot overflow it.
-    let sum: i128 = m.partitions.iter().map(|p| p.expected_row_count as i128).sum();
+    let sum: i128 = m
+        .partitions
+        .iter()
+        .map(|p| p.expected_row_count as i128)
+        .sum();
     if sum != m.source_count as i128 {
-        v.push(format!("EXPECTED_SUM_MISMATCH sum={sum} source={}", m.source_count));
+        v.push(format!(
+            "EXPECTED_SUM_MISMATCH sum={sum} source={}",
+            m.source_count
+        ));
     }
     if m.source_count == 0 && !allow_empty_source {
         v.push("EMPTY_SOURCE_BLOCKED".to_string());
     }
-    let nulls: Vec<&ManifestPartition> = m.partitions.iter().filter(|p| p.is_null_partition).collect();
+    let nulls: Vec<&ManifestPartition> = m
+        .partitions
+        .iter()
+        .filter(|p| p.is_null_partition)
+        .collect();
     if nulls.len() > 1 {
         v.push("MULTIPLE_NULL_PARTITIONS".to_string());
     }
@@ -69,7 +87,9 @@ pub fn manifest_violations(m: &Manifest, allow_empty_source: bool) -> Vec<String
     let mut ranged: Vec<(Decimal38, Decimal38, &ManifestPartition)> = Vec::new();
     for p in m.partitions.iter().filter(|p| !p.is_null_partition) {
         match (p.lower_bound, p.upper_bound) {
-            (Some(lo), Some(hi)) if p.partition_id != "NULL" && lo <= hi => ranged.push((lo, hi, p)),
+            (Some(lo), Some(hi)) if p.partition_id != "NULL" && lo <= hi => {
+                ranged.push((lo, hi, p))
+            }
             _ => v.push(format!("INVALID_BOUNDS {}", p.partition_id)),
         }
     }
@@ -84,7 +104,10 @@ pub fn manifest_violations(m: &Manifest, allow_empty_source: bool) -> Vec<String
         let (_, hi, p) = pair[0];
         let (next_lo, _, next) = pair[1];
         if hi != next_lo {
-            v.push(format!("RANGE_GAP_OR_OVERLAP {}->{}", p.partition_id, next.partition_id));
+            v.push(format!(
+                "RANGE_GAP_OR_OVERLAP {}->{}",
+                p.partition_id, next.partition_id
+            ));
         }
     }
     if let (Some(first), Some(last)) = (ranged.first(), ranged.last()) {
@@ -199,7 +222,10 @@ mod tests {
         assert_eq!(manifest_violations(&m, false), vec!["EMPTY_SOURCE_BLOCKED"]);
         assert!(manifest_violations(&m, true).is_empty());
         m.source_null_split_count = 3;
-        assert_eq!(manifest_violations(&m, true), vec!["NULL_ROWS_WITHOUT_NULL_PARTITION"]);
+        assert_eq!(
+            manifest_violations(&m, true),
+            vec!["NULL_ROWS_WITHOUT_NULL_PARTITION"]
+        );
     }
 
     #[test]
@@ -209,7 +235,10 @@ mod tests {
         bad_null.lower_bound = d("1");
         let mut m = manifest(vec![part("0000", "0", "3000", true, 10), bad_null], 12);
         m.source_null_split_count = 2;
-        assert_eq!(manifest_violations(&m, false), vec!["INVALID_NULL_PARTITION 0009"]);
+        assert_eq!(
+            manifest_violations(&m, false),
+            vec!["INVALID_NULL_PARTITION 0009"]
+        );
         let ranged_named_null = part("NULL", "0", "3000", true, 12);
         let m = manifest(vec![ranged_named_null], 12);
         assert_eq!(manifest_violations(&m, false), vec!["INVALID_BOUNDS NULL"]);
@@ -218,19 +247,37 @@ mod tests {
     #[test]
     fn sum_cannot_overflow() {
         let m = manifest(
-            vec![part("0000", "0", "1", false, i64::MAX), part("0001", "1", "3000", true, i64::MAX)],
+            vec![
+                part("0000", "0", "1", false, i64::MAX),
+                part("0001", "1", "3000", true, i64::MAX),
+            ],
             5,
         );
         let v = manifest_violations(&m, false);
-        assert_eq!(v, vec![format!("EXPECTED_SUM_MISMATCH sum={} source=5", 2 * (i64::MAX as i128))]);
+        assert_eq!(
+            v,
+            vec![format!(
+                "EXPECTED_SUM_MISMATCH sum={} source=5",
+                2 * (i64::MAX as i128)
+            )]
+        );
     }
 
     #[test]
     fn decimal_bounds_compare_exactly() {
         let big = "12345678901234567890123456789012345678";
         let next = "12345678901234567890123456789012345679";
-        let mut m = manifest(vec![part("0000", "0", big, false, 1), part("0001", next, next, true, 1)], 2);
+        let mut m = manifest(
+            vec![
+                part("0000", "0", big, false, 1),
+                part("0001", next, next, true, 1),
+            ],
+            2,
+        );
         m.source_max_split = d(next);
-        assert_eq!(manifest_violations(&m, false), vec!["RANGE_GAP_OR_OVERLAP 0000->0001"]);
+        assert_eq!(
+            manifest_violations(&m, false),
+            vec!["RANGE_GAP_OR_OVERLAP 0000->0001"]
+        );
     }
 }

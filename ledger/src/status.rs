@@ -71,7 +71,14 @@ impl RunStatus {
         use RunStatus::*;
         matches!(
             self,
-            Created | Extracting | ExtractedValidated | StageValidating | StagingValidated | Publishing | Published | PublishUnknown
+            Created
+                | Extracting
+                | ExtractedValidated
+                | StageValidating
+                | StagingValidated
+                | Publishing
+                | Published
+                | PublishUnknown
         )
     }
 
@@ -126,7 +133,13 @@ mod tests {
     fn classes_partition_the_seventeen_statuses() {
         assert_eq!(RunStatus::ALL.len(), 17);
         assert_eq!(RunStatus::ALL.iter().filter(|s| s.is_active()).count(), 8);
-        assert_eq!(RunStatus::ALL.iter().filter(|s| s.is_failed_class()).count(), 8);
+        assert_eq!(
+            RunStatus::ALL
+                .iter()
+                .filter(|s| s.is_failed_class())
+                .count(),
+            8
+        );
         assert!(RunStatus::PublishUnknown.is_active());
         assert!(RunStatus::Cancelled.is_failed_class());
         assert!(!RunStatus::TimedOut.aborts_partitions());
@@ -142,9 +155,18 @@ mod tests {
             }
         }
         assert_eq!(allowed, 5);
-        assert!(fail_transition_allowed(RunStatus::Published, RunStatus::FailedTargetValidation));
-        assert!(!fail_transition_allowed(RunStatus::Extracting, RunStatus::Cancelled));
-        assert!(!fail_transition_allowed(RunStatus::Publishing, RunStatus::FailedPublish));
+        assert!(fail_transition_allowed(
+            RunStatus::Published,
+            RunStatus::FailedTargetValidation
+        ));
+        assert!(!fail_transition_allowed(
+            RunStatus::Extracting,
+            RunStatus::Cancelled
+        ));
+        assert!(!fail_transition_allowed(
+            RunStatus::Publishing,
+            RunStatus::FailedPublish
+        ));
     }
 
     #[test]
@@ -153,7 +175,10 @@ mod tests {
             assert_eq!(RunStatus::parse(s.as_str()), Some(s));
         }
         assert_eq!(RunStatus::parse("created"), None);
-        assert_eq!(PartitionStatus::parse("ABORTED"), Some(PartitionStatus::Aborted));
+        assert_eq!(
+            PartitionStatus::parse("ABORTED"),
+            Some(PartitionStatus::Aborted)
+        );
     }
 
     #[test]

@@ -18,7 +18,10 @@ pub struct LedgerConfig {
 
 impl Default for LedgerConfig {
     fn default() -> Self {
-        LedgerConfig { tx_attempts: 3, require_registered: false }
+        LedgerConfig {
+            tx_attempts: 3,
+            require_registered: false,
+        }
     }
 }
 
@@ -36,7 +39,11 @@ pub struct Ledger {
 
 impl Ledger {
     pub fn new(pool: PgPool, config: LedgerConfig) -> Self {
-        Ledger { pool, config, lock_wait: None }
+        Ledger {
+            pool,
+            config,
+            lock_wait: None,
+        }
     }
 
     pub fn with_lock_wait_observer(mut self, o: std::sync::Arc<dyn LockWaitObserver>) -> Self {
@@ -45,7 +52,12 @@ impl Ledger {
     }
 
     /// Opens a pool of `size` connections (+ `overflow` opened on demand and closed when idle).
-    pub async fn connect(url: &str, size: u32, overflow: u32, config: LedgerConfig) -> LedgerResult<Self> {
+    pub async fn connect(
+        url: &str,
+        size: u32,
+        overflow: u32,
+        config: LedgerConfig,
+    ) -> LedgerResult<Self> {
         let opts = PgConnectOptions::from_str(url)?.application_name("load-control");
         let pool = PgPoolOptions::new()
             .min_connections(size.min(2))
@@ -133,29 +145,44 @@ pub(crate) struct RunRow {
     pub parameters: sqlx::types::Json<serde_json::Value>,
 }
 
-pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, parameters";
+pub(crate) const RUN_COLUMNS: &str =
+    "run_id, job_key, business_key, status, source_count, hdfs_run_path, parameters";
 
 impl RunRow {
     pub fn status(&self) -> LedgerResult<RunStatus> {
-        RunStatus::parse(&self.status).ok_or_else(|| LedgerError::Corrupt(format!("run status {}", self.status)))
+        RunStatus::parse(&self.status)
+            .ok_or_else(|| LedgerError::Corrupt(format!("run status {}", self.status)))
     }
 }
 
 impl Ledger {
     /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.
-    pub(crate) async fn lock_run(&self, conn: &mut PgConnection, run_id: Uuid, mode: RunLock) -> LedgerResult<RunRow> {
+    pub(crate) async fn lock_run(
+        &self,
+        conn: &mut PgConnection,
+        run_id: Uuid,
+        mode: RunLock,
+    ) -> LedgerResult<RunRow> {
         let started = Instant::now();
         let (k1, k2) = run_lock_key(run_id);
         let (advisory, row_lock) = match mode {
-            RunLock::Shared => ("SELECT pg_advisory_xact_lock_shared($1, $2)", "FOR KEY SHARE"),
+            RunLock::Shared => (
+                "SELECT pg_advisory_xact_lock_shared($1, $2)",
+                "FOR KEY SHARE",
+            ),
             RunLock::Exclusive => ("SELECT pg_advisory_xact_lock($1, $2)", "FOR UPDATE"),
         };
-        sqlx::query(advisory).bind(k1).bind(k2).execute(&mut *conn).await?;
-        let row: Option<RunRow> =
-            sqlx::query_as(sqlx::AssertSqlSafe(format!("SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 {row_lock}")))
-                .bind(run_id)
-                .fetch_optional(&mut *conn)
-                .await?;
+        sqlx::query(advisory)
+            .bind(k1)
+            .bind(k2)
+            .execute(&mut *conn)
+            .await?;
+        let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 {row_lock}"
+        )))
+        .bind(run_id)
+        .fetch_optional(&mut *conn)
+        .await?;
         if let Some(o) = &self.lock_wait {
             o.observe(started.elapsed().as_secs_f64());
         }
@@ -165,13 +192,19 @@ impl Ledger {
 
 /// `pg_notify('load_run', <run_id>)`: every run status change tells the LoadRun mirror (§3.9).
 pub(crate) async fn notify_run(conn: &mut PgConnection, run_id: Uuid) -> LedgerResult<()> {
-    sqlx::query("SELECT pg_notify('load_run', $1)").bind(run_id.to_string()).execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_notify('load_run', $1)")
+        .bind(run_id.to_string())
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
 /// `pg_notify('load_dispatch', …)`: wakes the dispatcher when the transaction commits (§6.1).
 pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> LedgerResult<()> {
-    sqlx::query("SELECT pg_notify('load_dispatch', $1)").bind(payload).execute(&mut *conn).await?;
+    sqlx::query("SELECT pg_notify('load_dispatch', $1)")
+        .bind(payload)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 

@@ -10,7 +10,11 @@ pub fn cut(s: &str, max: usize) -> String {
 
 /// `error_message` / `message`: cut to 2000 characters, an empty string stored as NULL.
 pub fn message(s: &str) -> Option<String> {
-    if s.is_empty() { None } else { Some(cut(s, 2000)) }
+    if s.is_empty() {
+        None
+    } else {
+        Some(cut(s, 2000))
+    }
 }
 
 #[cfg(test)]

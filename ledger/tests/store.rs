@@ -24,7 +24,10 @@ async fn migrations_are_safe_twice_and_from_four_processes_at_once() {
         .map(|_| {
             let (url, barrier) = (db.url.clone(), barrier.clone());
             std::thread::spawn(move || {
-                let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+                let rt = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .unwrap();
                 barrier.wait();
                 rt.block_on(run_migrations(&url))
             })
@@ -35,12 +38,17 @@ async fn migrations_are_safe_twice_and_from_four_processes_at_once() {
     }
     run_migrations(&db.url).await.expect("second run");
     let mut conn = db.conn().await;
-    let (tables,): (i64,) = sqlx::query_as("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops'")
+    let (tables,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(tables, 8);
+    let (applied,): (i64,) = sqlx::query_as("SELECT count(*) FROM _sqlx_migrations")
         .fetch_one(&mut conn)
         .await
         .unwrap();
-    assert_eq!(tables, 8);
-    let (applied,): (i64,) = sqlx::query_as("SELECT count(*) FROM _sqlx_migrations").fetch_one(&mut conn).await.unwrap();
     assert_eq!(applied as usize, ledger::migrate::MIGRATOR.iter().count());
     let (indexes,): (i64,) = sqlx::query_as(
         "SELECT count(*) FROM pg_indexes WHERE schemaname = 'nifi_ops' AND indexname IN \
@@ -71,12 +79,18 @@ async fn a_v1_ledger_is_brought_up_to_date_and_keeps_its_rows() {
     .await
     .unwrap();
     run_migrations(&db.url).await.expect("upgrade");
-    let (kept,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'OLD'").fetch_one(&mut conn).await.unwrap();
+    let (kept,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'OLD'")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
     assert_eq!(kept, 1);
-    let (def,): (String,) = sqlx::query_as("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ck_load_run_status'")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
+    let (def,): (String,) = sqlx::query_as(
+        "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'ck_load_run_status'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
     assert!(def.contains("CANCELLED"), "{def}");
     let (job_table,): (i64,) =
         sqlx::query_as("SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops' AND table_name = 'load_job'")
@@ -113,8 +127,19 @@ async fn serialization_failures_and_deadlocks_rerun_the_whole_transaction_once()
         let db = TestDb::fresh().await;
         // The first two attempts fail; the third (tx_attempts = 3) succeeds.
         inject_fault(&db, "RUN_STARTED", state, 2).await;
-        let ledger = db.ledger(4, LedgerConfig { tx_attempts: 3, require_registered: false }).await;
-        let created = ledger.create_run(&new_run("K")).await.expect("retried to success");
+        let ledger = db
+            .ledger(
+                4,
+                LedgerConfig {
+                    tx_attempts: 3,
+                    require_registered: false,
+                },
+            )
+            .await;
+        let created = ledger
+            .create_run(&new_run("K"))
+            .await
+            .expect("retried to success");
         let mut conn = db.conn().await;
         let (runs, events): (i64, i64) = sqlx::query_as(
             "SELECT (SELECT count(*) FROM nifi_ops.load_run), (SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1)",
@@ -143,10 +168,15 @@ async fn a_change_and_its_event_commit_together_or_not_at_all() {
     let err = ledger.fail_run(run.run_id, &failure).await.unwrap_err();
     assert!(matches!(err, LedgerError::Database(_)), "{err:?}");
     let mut conn = db.conn().await;
-    let (status, version): (String, i32) = sqlx::query_as("SELECT status, version_no FROM nifi_ops.load_run WHERE run_id = $1")
-        .bind(run.run_id)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!((status.as_str(), version), ("CREATED", 0), "the status change rolled back with its event");
+    let (status, version): (String, i32) =
+        sqlx::query_as("SELECT status, version_no FROM nifi_ops.load_run WHERE run_id = $1")
+            .bind(run.run_id)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(
+        (status.as_str(), version),
+        ("CREATED", 0),
+        "the status change rolled back with its event"
+    );
 }

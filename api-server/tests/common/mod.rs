@@ -30,28 +30,55 @@ impl Api {
     }
 
     pub async fn start_with(tune: impl FnOnce(&mut Config)) -> Api {
-        let _ = tracing_subscriber::fmt().with_test_writer().with_env_filter("warn").try_init();
+        let _ = tracing_subscriber::fmt()
+            .with_test_writer()
+            .with_env_filter("warn")
+            .try_init();
         let db = TestDb::fresh().await;
         let mut config = Config::default();
         config.database.url = Some(db.url.clone());
         config.database.pool_size = 40;
         config.logging.access_log = false;
         config.auth.tokens = vec![
-            TokenEntry { name: "nifi-prod".into(), role: "nifi".into(), sha256: sha256_hex(NIFI) },
-            TokenEntry { name: "alice".into(), role: "operator".into(), sha256: sha256_hex(OPERATOR) },
+            TokenEntry {
+                name: "nifi-prod".into(),
+                role: "nifi".into(),
+                sha256: sha256_hex(NIFI),
+            },
+            TokenEntry {
+                name: "alice".into(),
+                role: "operator".into(),
+                sha256: sha256_hex(OPERATOR),
+            },
         ];
         tune(&mut config);
         config.validate().expect("test config is valid");
         let ledger = server::connect_ledger(&config).await.expect("ledger");
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
-        tokio::spawn(server::serve(config, ledger, listener, std::future::pending()));
-        let client = reqwest::Client::builder().pool_max_idle_per_host(64).build().unwrap();
+        tokio::spawn(server::serve(
+            config,
+            ledger,
+            listener,
+            std::future::pending(),
+        ));
+        let client = reqwest::Client::builder()
+            .pool_max_idle_per_host(64)
+            .build()
+            .unwrap();
         Api { base, client, db }
     }
 
-    pub async fn send(&self, method: &str, path: &str, token: Option<&str>, body: Option<&Value>) -> Reply {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base));
+    pub async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        body: Option<&Value>,
+    ) -> Reply {
+        let mut req = self
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", self.base));
         if let Some(t) = token {
             req = req.bearer_auth(t);
         }
@@ -62,8 +89,16 @@ impl Api {
         let status = res.status();
         let headers = res.headers().clone();
         let text = res.text().await.unwrap();
-        let body = if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
-        Reply { status, headers, body }
+        let body = if text.is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Reply {
@@ -75,8 +110,17 @@ impl Api {
     }
 
     /// A raw request (for bodies that are not JSON, odd headers, …).
-    pub async fn raw(&self, method: &str, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Reply {
-        let mut req = self.client.request(method.parse().unwrap(), format!("{}{path}", self.base)).body(body);
+    pub async fn raw(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> Reply {
+        let mut req = self
+            .client
+            .request(method.parse().unwrap(), format!("{}{path}", self.base))
+            .body(body);
         for (k, v) in headers {
             req = req.header(*k, *v);
         }
@@ -85,7 +129,11 @@ impl Api {
         let headers = res.headers().clone();
         let text = res.text().await.unwrap();
         let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply { status, headers, body }
+        Reply {
+            status,
+            headers,
+            body,
+        }
     }
 
     pub async fn conn(&self) -> PgConnection {
@@ -104,30 +152,53 @@ impl Api {
     /// A run with `rows[i]` expected rows in partition `000i` (ranges 0..n), registered.
     pub async fn extracting_run(&self, job: &str, bk: &str, rows: &[i64]) -> Uuid {
         let run = self.create_run(job, bk).await;
-        let r = self.post(&format!("/v1/runs/{run}/manifest"), manifest(rows)).await;
+        let r = self
+            .post(&format!("/v1/runs/{run}/manifest"), manifest(rows))
+            .await;
         assert_eq!(r.status, 200, "{:?}", r.body);
         run
     }
 
     pub async fn claim(&self, run: Uuid, pid: &str, token: Uuid) -> Reply {
-        self.post(&format!("/v1/runs/{run}/partitions/{pid}/claim"), json!({"claimToken": token, "workerNode": "nifi-01"})).await
+        self.post(
+            &format!("/v1/runs/{run}/partitions/{pid}/claim"),
+            json!({"claimToken": token, "workerNode": "nifi-01"}),
+        )
+        .await
     }
 
-    pub async fn chunk(&self, run: Uuid, pid: &str, token: Uuid, index: i64, count: i64, rows: i64) -> Reply {
-        self.post(&format!("/v1/runs/{run}/partitions/{pid}/chunks"), chunk_body(run, pid, token, index, count, rows)).await
+    pub async fn chunk(
+        &self,
+        run: Uuid,
+        pid: &str,
+        token: Uuid,
+        index: i64,
+        count: i64,
+        rows: i64,
+    ) -> Reply {
+        self.post(
+            &format!("/v1/runs/{run}/partitions/{pid}/chunks"),
+            chunk_body(run, pid, token, index, count, rows),
+        )
+        .await
     }
 
     pub async fn run_status(&self, run: Uuid) -> String {
-        let (s,): (String,) = sqlx::query_as("SELECT status FROM nifi_ops.load_run WHERE run_id = $1")
-            .bind(run)
-            .fetch_one(&mut self.conn().await)
-            .await
-            .unwrap();
+        let (s,): (String,) =
+            sqlx::query_as("SELECT status FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run)
+                .fetch_one(&mut self.conn().await)
+                .await
+                .unwrap();
         s
     }
 
     pub async fn count(&self, sql: &str, run: Uuid) -> i64 {
-        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string())).bind(run).fetch_one(&mut self.conn().await).await.unwrap();
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(sql.to_string()))
+            .bind(run)
+            .fetch_one(&mut self.conn().await)
+            .await
+            .unwrap();
         n
     }
 

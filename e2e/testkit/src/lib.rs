@@ -30,7 +30,9 @@ fn admin_url() -> String {
 }
 
 fn db_url(admin: &str, db: &str) -> String {
-    let (base, _) = admin.rsplit_once('/').expect("admin URL has a database path");
+    let (base, _) = admin
+        .rsplit_once('/')
+        .expect("admin URL has a database path");
     format!("{base}/{db}")
 }
 
@@ -87,11 +89,15 @@ impl TestDb {
         let admin = admin_url();
         let tpl = template(&admin).await;
         let name = format!("t_{}", Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\" TEMPLATE \"{tpl}\" STRATEGY FILE_COPY")))
-            .execute(&mut conn)
+        let mut conn = PgConnection::connect(&admin)
             .await
-            .expect("create the test database");
+            .expect("connect to the test PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "CREATE DATABASE \"{name}\" TEMPLATE \"{tpl}\" STRATEGY FILE_COPY"
+        )))
+        .execute(&mut conn)
+        .await
+        .expect("create the test database");
         let url = db_url(&admin, &name);
         TestDb { name, url }
     }
@@ -100,18 +106,30 @@ impl TestDb {
     pub async fn empty() -> TestDb {
         let admin = admin_url();
         let name = format!("t_{}", Uuid::new_v4().simple());
-        let mut conn = PgConnection::connect(&admin).await.expect("connect to the test PostgreSQL");
-        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\""))).execute(&mut conn).await.expect("create database");
-        TestDb { url: db_url(&admin, &name), name }
+        let mut conn = PgConnection::connect(&admin)
+            .await
+            .expect("connect to the test PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE \"{name}\"")))
+            .execute(&mut conn)
+            .await
+            .expect("create database");
+        TestDb {
+            url: db_url(&admin, &name),
+            name,
+        }
     }
 
     /// A ledger on this database with `pool` connections.
     pub async fn ledger(&self, pool: u32, config: LedgerConfig) -> Ledger {
-        Ledger::connect(&self.url, pool, 0, config).await.expect("connect the ledger")
+        Ledger::connect(&self.url, pool, 0, config)
+            .await
+            .expect("connect the ledger")
     }
 
     /// A plain connection, for asserting on ledger rows.
     pub async fn conn(&self) -> PgConnection {
-        PgConnection::connect(&self.url).await.expect("connect to the test database")
+        PgConnection::connect(&self.url)
+            .await
+            .expect("connect to the test database")
     }
 }

@@ -65,7 +65,8 @@ impl ChunkResult {
 pub fn path_inside_run(run_path: Option<&str>, hdfs_path: &str) -> bool {
     match run_path {
         Some(root) => {
-            hdfs_path.starts_with(&format!("{root}/")) && !hdfs_path.split('/').any(|seg| seg == "..")
+            hdfs_path.starts_with(&format!("{root}/"))
+                && !hdfs_path.split('/').any(|seg| seg == "..")
         }
         None => false,
     }
@@ -90,13 +91,30 @@ struct AggregateRow {
 }
 
 impl Ledger {
-    pub async fn report_chunk(&self, run_id: Uuid, pid: &str, r: &ChunkReport) -> LedgerResult<ChunkOutcome> {
+    pub async fn report_chunk(
+        &self,
+        run_id: Uuid,
+        pid: &str,
+        r: &ChunkReport,
+    ) -> LedgerResult<ChunkOutcome> {
         if r.chunk_index >= r.chunk_count {
             return Err(LedgerError::ChunkIndexOutOfRange);
         }
-        match transaction!(self, |conn| self.report_chunk_once(conn, run_id, pid, r, RunLock::Shared)) {
+        match transaction!(self, |conn| self.report_chunk_once(
+            conn,
+            run_id,
+            pid,
+            r,
+            RunLock::Shared
+        )) {
             Err(LedgerError::Escalate) => {
-                transaction!(self, |conn| self.report_chunk_once(conn, run_id, pid, r, RunLock::Exclusive))
+                transaction!(self, |conn| self.report_chunk_once(
+                    conn,
+                    run_id,
+                    pid,
+                    r,
+                    RunLock::Exclusive
+                ))
             }
             other => other,
         }
@@ -179,7 +197,11 @@ impl Ledger {
             lo: a.lo,
             hi: a.hi,
             rows: a.rows.parse().map_err(|_| corrupt("rows"))?,
-            bytes: a.bytes.map(|b| b.parse()).transpose().map_err(|_| corrupt("bytes"))?,
+            bytes: a
+                .bytes
+                .map(|b| b.parse())
+                .transpose()
+                .map_err(|_| corrupt("bytes"))?,
             distinct_counts: a.distinct_counts,
         };
         let run_status = run.status()?;
@@ -197,8 +219,13 @@ impl Ledger {
             out.result = ChunkResult::Ignored;
         } else if gate_due(&agg, r.chunk_count.into()) {
             match judge_chunk_gate(&agg, r.chunk_count.into(), part.expected_row_count) {
-                GateVerdict::Success => self.partition_succeeded(conn, &run, pid, r, &agg, &mut out).await?,
-                GateVerdict::Mismatch(_) if mode == RunLock::Shared => return Err(LedgerError::Escalate),
+                GateVerdict::Success => {
+                    self.partition_succeeded(conn, &run, pid, r, &agg, &mut out)
+                        .await?
+                }
+                GateVerdict::Mismatch(_) if mode == RunLock::Shared => {
+                    return Err(LedgerError::Escalate);
+                }
                 GateVerdict::Mismatch(text) => {
                     self.partition_mismatched(conn, &run, pid, &text).await?;
                     out.partition_status = PartitionStatus::Failed;
@@ -211,10 +238,12 @@ impl Ledger {
         if mode == RunLock::Shared {
             touch_run_heartbeat(conn, run_id).await?;
         } else {
-            sqlx::query("UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1")
-                .bind(run_id)
-                .execute(&mut *conn)
-                .await?;
+            sqlx::query(
+                "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1",
+            )
+            .bind(run_id)
+            .execute(&mut *conn)
+            .await?;
         }
         Ok(out)
     }
@@ -246,7 +275,9 @@ impl Ledger {
         .rows_affected()
             == 1;
         if !won {
-            return Err(LedgerError::Corrupt("partition changed under its row lock".into()));
+            return Err(LedgerError::Corrupt(
+                "partition changed under its row lock".into(),
+            ));
         }
         // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3 rule 3).
         let counts: Option<(i32, Option<i32>)> = sqlx::query_as(
@@ -278,7 +309,13 @@ impl Ledger {
     }
 
     /// Gate mismatch, written only under the run row's FOR UPDATE (§5.3 rule 6).
-    async fn partition_mismatched(&self, conn: &mut sqlx::PgConnection, run: &crate::store::RunRow, pid: &str, text: &str) -> LedgerResult<()> {
+    async fn partition_mismatched(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        run: &crate::store::RunRow,
+        pid: &str,
+        text: &str,
+    ) -> LedgerResult<()> {
         sqlx::query(
             "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = 'ROW_COUNT_MISMATCH', error_message = $3, \
                 completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
@@ -301,7 +338,12 @@ impl Ledger {
             .insert(conn)
             .await?;
         let run_message = format!("partition {pid}: {text}");
-        let end = RunEnd { to: RunStatus::FailedExtract, stage: "PARTITION_GATE", code: "ROW_COUNT_MISMATCH", message: &run_message };
+        let end = RunEnd {
+            to: RunStatus::FailedExtract,
+            stage: "PARTITION_GATE",
+            code: "ROW_COUNT_MISMATCH",
+            message: &run_message,
+        };
         let aborted = end_run(conn, run.run_id, RunStatus::Extracting, end)
             .await?
             .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
@@ -325,7 +367,10 @@ mod tests {
     #[test]
     fn chunk_paths_must_stay_below_the_run_directory() {
         let root = Some("/data/J/run_id=1");
-        assert!(path_inside_run(root, "/data/J/run_id=1/p=0000/part-0.parquet"));
+        assert!(path_inside_run(
+            root,
+            "/data/J/run_id=1/p=0000/part-0.parquet"
+        ));
         assert!(path_inside_run(root, "/data/J/run_id=1/x"));
         assert!(!path_inside_run(root, "/data/J/run_id=1"));
         assert!(!path_inside_run(root, "/data/J/run_id=10/x"));

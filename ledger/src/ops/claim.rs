@@ -27,11 +27,16 @@ pub(crate) struct PartitionLockRow {
 
 impl PartitionLockRow {
     pub fn status(&self) -> LedgerResult<PartitionStatus> {
-        PartitionStatus::parse(&self.status).ok_or_else(|| LedgerError::Corrupt(format!("partition status {}", self.status)))
+        PartitionStatus::parse(&self.status)
+            .ok_or_else(|| LedgerError::Corrupt(format!("partition status {}", self.status)))
     }
 }
 
-pub(crate) async fn lock_partition(conn: &mut sqlx::PgConnection, run_id: Uuid, pid: &str) -> LedgerResult<PartitionLockRow> {
+pub(crate) async fn lock_partition(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    pid: &str,
+) -> LedgerResult<PartitionLockRow> {
     sqlx::query_as(
         "SELECT status, claim_token, attempt_count, expected_row_count FROM nifi_ops.load_partition \
           WHERE run_id = $1 AND partition_id = $2 FOR UPDATE",
@@ -44,13 +49,24 @@ pub(crate) async fn lock_partition(conn: &mut sqlx::PgConnection, run_id: Uuid, 
 }
 
 impl Ledger {
-    pub async fn claim_partition(&self, run_id: Uuid, pid: &str, token: Uuid, worker: &str) -> LedgerResult<ClaimOutcome> {
+    pub async fn claim_partition(
+        &self,
+        run_id: Uuid,
+        pid: &str,
+        token: Uuid,
+        worker: &str,
+    ) -> LedgerResult<ClaimOutcome> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Shared).await?;
             let part = lock_partition(conn, run_id, pid).await?;
             let run_status = run.status()?;
             let status = part.status()?;
-            let refused = |partition_status| ClaimOutcome { claimed: false, run_status, partition_status, attempt: part.attempt_count };
+            let refused = |partition_status| ClaimOutcome {
+                claimed: false,
+                run_status,
+                partition_status,
+                attempt: part.attempt_count,
+            };
             if run_status != RunStatus::Extracting {
                 return Ok(refused(status));
             }
@@ -61,7 +77,12 @@ impl Ledger {
                     .bind(pid)
                     .execute(&mut *conn)
                     .await?;
-                return Ok(ClaimOutcome { claimed: true, run_status, partition_status: status, attempt: part.attempt_count });
+                return Ok(ClaimOutcome {
+                    claimed: true,
+                    run_status,
+                    partition_status: status,
+                    attempt: part.attempt_count,
+                });
             }
             if !matches!(status, PartitionStatus::Pending | PartitionStatus::Retry) {
                 return Ok(refused(status));
@@ -96,7 +117,12 @@ impl Ledger {
                 .insert(conn)
                 .await?;
             touch_run_heartbeat(conn, run_id).await?;
-            Ok(ClaimOutcome { claimed: true, run_status, partition_status: PartitionStatus::Running, attempt })
+            Ok(ClaimOutcome {
+                claimed: true,
+                run_status,
+                partition_status: PartitionStatus::Running,
+                attempt,
+            })
         })
     }
 }

@@ -8,7 +8,10 @@ use uuid::Uuid;
 
 /// Must run while this transaction holds the run row's write lock (the manifest's FOR UPDATE, or
 /// the chunk report's `success_partition_count + 1`), so the recount sees every committed success.
-pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -> LedgerResult<bool> {
+pub(crate) async fn complete_extraction(
+    conn: &mut PgConnection,
+    run: &RunRow,
+) -> LedgerResult<bool> {
     let won = sqlx::query(
         "UPDATE nifi_ops.load_run r \
             SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows, \
@@ -39,6 +42,10 @@ pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -
     .await?;
     notify_dispatch(conn, &run.run_id.to_string()).await?;
     notify_run(conn, run.run_id).await?;
-    Event::new(Level::Info, "EXTRACT_VALIDATED").run(run).rows(run.source_count).insert(conn).await?;
+    Event::new(Level::Info, "EXTRACT_VALIDATED")
+        .run(run)
+        .rows(run.source_count)
+        .insert(conn)
+        .await?;
     Ok(true)
 }

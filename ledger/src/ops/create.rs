@@ -48,10 +48,14 @@ pub fn stage_table(prefix: &str, run_id: Uuid) -> String {
 impl Ledger {
     pub async fn create_run(&self, req: &NewRun) -> LedgerResult<CreatedRun> {
         let run_id = Uuid::new_v4();
-        let path = hdfs_run_path(&req.hdfs_root, &req.job_key, run_id).ok_or(LedgerError::InvalidHdfsRoot)?;
+        let path = hdfs_run_path(&req.hdfs_root, &req.job_key, run_id)
+            .ok_or(LedgerError::InvalidHdfsRoot)?;
         let table = stage_table(&req.stage_table_prefix, run_id);
         let mut parameters = req.parameters.clone();
-        parameters.insert("allowEmptySource".into(), Value::Bool(req.allow_empty_source));
+        parameters.insert(
+            "allowEmptySource".into(),
+            Value::Bool(req.allow_empty_source),
+        );
         let parameters = Value::Object(parameters);
         let created = transaction!(self, |conn| async {
             // FOR SHARE: a committed suspend excludes every later create (§1.7).
@@ -63,9 +67,15 @@ impl Ledger {
             .await?;
             match job {
                 None if self.config.require_registered => {
-                    return Err(LedgerError::JobNotRegistered { job_key: req.job_key.clone() });
+                    return Err(LedgerError::JobNotRegistered {
+                        job_key: req.job_key.clone(),
+                    });
                 }
-                Some((true,)) => return Err(LedgerError::JobSuspended { job_key: req.job_key.clone() }),
+                Some((true,)) => {
+                    return Err(LedgerError::JobSuspended {
+                        job_key: req.job_key.clone(),
+                    });
+                }
                 _ => {}
             }
             let inserted: Result<RunRow, sqlx::Error> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
@@ -84,7 +94,8 @@ impl Ledger {
                 Ok(run) => run,
                 // Only the partial unique index decides duplicates: no read-then-insert (§5.1).
                 Err(LedgerError::UniqueViolation { constraint })
-                    if constraint.is_none() || constraint.as_deref() == Some("uq_load_run_active") =>
+                    if constraint.is_none()
+                        || constraint.as_deref() == Some("uq_load_run_active") =>
                 {
                     return Err(LedgerError::DuplicateActiveRun {
                         job_key: req.job_key.clone(),
@@ -94,8 +105,16 @@ impl Ledger {
                 Err(e) => return Err(e),
             };
             notify_run(conn, run_id).await?;
-            Event::new(Level::Info, "RUN_STARTED").run(&run).insert(conn).await?;
-            Ok(CreatedRun { run_id, status: RunStatus::Created, hdfs_run_path: path.clone(), stage_table: table.clone() })
+            Event::new(Level::Info, "RUN_STARTED")
+                .run(&run)
+                .insert(conn)
+                .await?;
+            Ok(CreatedRun {
+                run_id,
+                status: RunStatus::Created,
+                hdfs_run_path: path.clone(),
+                stage_table: table.clone(),
+            })
         })?;
         tracing::info!(event = "run_created", run_id = %run_id, job_key = %req.job_key, business_key = %req.business_key, "run created");
         Ok(created)
@@ -113,10 +132,19 @@ mod tests {
             hdfs_run_path("/data/nifi/stage/", "JOB", id).unwrap(),
             "/data/nifi/stage/JOB/run_id=0b6f8c1e-4d2a-4f7b-9a51-2c3d4e5f6a7b"
         );
-        assert_eq!(hdfs_run_path("//data//x//", "J", id).unwrap(), format!("/data/x/J/run_id={id}"));
-        assert_eq!(hdfs_run_path("/", "J", id).unwrap(), format!("/J/run_id={id}"));
+        assert_eq!(
+            hdfs_run_path("//data//x//", "J", id).unwrap(),
+            format!("/data/x/J/run_id={id}")
+        );
+        assert_eq!(
+            hdfs_run_path("/", "J", id).unwrap(),
+            format!("/J/run_id={id}")
+        );
         assert!(hdfs_run_path("/data/../etc", "J", id).is_none());
         assert!(hdfs_run_path(&format!("/{}", "a".repeat(990)), "J", id).is_none());
-        assert_eq!(stage_table("TMP_X_", id), "tmp_x_0b6f8c1e4d2a4f7b9a512c3d4e5f6a7b");
+        assert_eq!(
+            stage_table("TMP_X_", id),
+            "tmp_x_0b6f8c1e4d2a4f7b9a512c3d4e5f6a7b"
+        );
     }
 }

@@ -16,7 +16,12 @@ pub(crate) struct RunEnd<'a> {
 
 /// CAS `from` → `end.to` with the error fields; `None` when the CAS lost, else the number of
 /// partitions closed as ABORTED. The caller writes the event.
-pub(crate) async fn end_run(conn: &mut PgConnection, run_id: Uuid, from: RunStatus, end: RunEnd<'_>) -> LedgerResult<Option<u64>> {
+pub(crate) async fn end_run(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+    from: RunStatus,
+    end: RunEnd<'_>,
+) -> LedgerResult<Option<u64>> {
     let changed = sqlx::query(
         "UPDATE nifi_ops.load_run SET status = $3, error_stage = $4, error_code = $5, error_message = $6, \
             completed_at = CASE WHEN $7 THEN clock_timestamp() ELSE completed_at END, \

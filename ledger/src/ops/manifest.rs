@@ -40,26 +40,53 @@ enum Registered {
 }
 
 impl Ledger {
-    pub async fn register_manifest(&self, run_id: Uuid, m: &Manifest) -> LedgerResult<ManifestOutcome> {
+    pub async fn register_manifest(
+        &self,
+        run_id: Uuid,
+        m: &Manifest,
+    ) -> LedgerResult<ManifestOutcome> {
         let registered = transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
             if status != RunStatus::Created {
-                return replay(conn, &run.run_id, status, run.source_count, m).await.map(Registered::Accepted);
+                return replay(conn, &run.run_id, status, run.source_count, m)
+                    .await
+                    .map(Registered::Accepted);
             }
-            let allow_empty = run.parameters.0.get("allowEmptySource").and_then(|v| v.as_bool()).unwrap_or(false);
+            let allow_empty = run
+                .parameters
+                .0
+                .get("allowEmptySource")
+                .and_then(|v| v.as_bool())
+                .unwrap_or(false);
             let violations = manifest_violations(m, allow_empty);
             if !violations.is_empty() {
                 let message = violations.join("; ");
-                let end = RunEnd { to: RunStatus::FailedManifest, stage: "MANIFEST", code: "MANIFEST_INVALID", message: &message };
+                let end = RunEnd {
+                    to: RunStatus::FailedManifest,
+                    stage: "MANIFEST",
+                    code: "MANIFEST_INVALID",
+                    message: &message,
+                };
                 end_run(conn, run_id, status, end).await?;
-                Event::new(Level::Error, "MANIFEST_INVALID").run(&run).code("MANIFEST_INVALID").message(&message).insert(conn).await?;
+                Event::new(Level::Error, "MANIFEST_INVALID")
+                    .run(&run)
+                    .code("MANIFEST_INVALID")
+                    .message(&message)
+                    .insert(conn)
+                    .await?;
                 return Ok(Registered::Invalid(violations));
             }
             let parts = &m.partitions;
             let ids: Vec<&str> = parts.iter().map(|p| p.partition_id.as_str()).collect();
-            let lower: Vec<Option<String>> = parts.iter().map(|p| p.lower_bound.map(|d| d.to_string())).collect();
-            let upper: Vec<Option<String>> = parts.iter().map(|p| p.upper_bound.map(|d| d.to_string())).collect();
+            let lower: Vec<Option<String>> = parts
+                .iter()
+                .map(|p| p.lower_bound.map(|d| d.to_string()))
+                .collect();
+            let upper: Vec<Option<String>> = parts
+                .iter()
+                .map(|p| p.upper_bound.map(|d| d.to_string()))
+                .collect();
             let incl: Vec<bool> = parts.iter().map(|p| p.upper_inclusive).collect();
             let is_null: Vec<bool> = parts.iter().map(|p| p.is_null_partition).collect();
             let expected: Vec<i64> = parts.iter().map(|p| p.expected_row_count).collect();
@@ -184,15 +211,25 @@ async fn replay(
     .fetch_all(&mut *conn)
     .await?;
     let stored_ids: BTreeSet<&str> = stored.iter().map(|p| p.partition_id.as_str()).collect();
-    let sent_ids: BTreeSet<&str> = m.partitions.iter().map(|p| p.partition_id.as_str()).collect();
+    let sent_ids: BTreeSet<&str> = m
+        .partitions
+        .iter()
+        .map(|p| p.partition_id.as_str())
+        .collect();
     if stored.is_empty() || stored_ids != sent_ids || source_count != Some(m.source_count) {
-        return Err(LedgerError::RunStatusMismatch { run_status: status, stage: None });
+        return Err(LedgerError::RunStatusMismatch {
+            run_status: status,
+            stage: None,
+        });
     }
     let empty = stored.iter().filter(|p| p.expected_row_count == 0).count() as i64;
     Ok(ManifestOutcome {
         run_id: *run_id,
         status,
-        dispatch_partitions: stored.into_iter().filter(|p| p.expected_row_count > 0).collect(),
+        dispatch_partitions: stored
+            .into_iter()
+            .filter(|p| p.expected_row_count > 0)
+            .collect(),
         empty_partition_count: empty,
         validation_scheduled: false,
     })

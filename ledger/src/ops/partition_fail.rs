@@ -30,7 +30,12 @@ pub struct PartitionFailOutcome {
 }
 
 impl Ledger {
-    pub async fn fail_partition(&self, run_id: Uuid, pid: &str, f: &PartitionFailure) -> LedgerResult<PartitionFailOutcome> {
+    pub async fn fail_partition(
+        &self,
+        run_id: Uuid,
+        pid: &str,
+        f: &PartitionFailure,
+    ) -> LedgerResult<PartitionFailOutcome> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let part = lock_partition(conn, run_id, pid).await?;
@@ -41,10 +46,18 @@ impl Ledger {
             let status = part.status()?;
             match status {
                 PartitionStatus::Failed | PartitionStatus::Aborted => {
-                    return Ok(PartitionFailOutcome { partition_status: status, run_status, changed: false });
+                    return Ok(PartitionFailOutcome {
+                        partition_status: status,
+                        run_status,
+                        changed: false,
+                    });
                 }
                 PartitionStatus::Running => {}
-                other => return Err(LedgerError::PartitionStatusMismatch { partition_status: other }),
+                other => {
+                    return Err(LedgerError::PartitionStatusMismatch {
+                        partition_status: other,
+                    });
+                }
             }
             sqlx::query(
                 "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = $3, error_message = $4, \
@@ -72,14 +85,23 @@ impl Ledger {
                 .details(json!({"stage": stage, "attempt": f.attempt}))
                 .insert(conn)
                 .await?;
-            let mut out = PartitionFailOutcome { partition_status: PartitionStatus::Failed, run_status, changed: true };
+            let mut out = PartitionFailOutcome {
+                partition_status: PartitionStatus::Failed,
+                run_status,
+                changed: true,
+            };
             if run_status == RunStatus::Extracting {
                 let to = if is_snapshot_failure(&f.error_code, &f.error_class) {
                     RunStatus::FailedSnapshotExpired
                 } else {
                     RunStatus::FailedExtract
                 };
-                let end = RunEnd { to, stage: &f.error_stage, code: &f.error_code, message: &f.message };
+                let end = RunEnd {
+                    to,
+                    stage: &f.error_stage,
+                    code: &f.error_code,
+                    message: &f.message,
+                };
                 let aborted = end_run(conn, run_id, run_status, end)
                     .await?
                     .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;

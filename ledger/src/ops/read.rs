@@ -125,7 +125,9 @@ impl Ledger {
 
     pub async fn run_detail(&self, run_id: Uuid) -> LedgerResult<RunDetail> {
         let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY").execute(&mut *tx).await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
         let mut detail: RunDetail = sqlx::query_as(
             "SELECT run_id, job_key, business_key, status, snapshot_scn::text AS snapshot_scn, source_count, \
                     expected_partition_count, success_partition_count, failed_partition_count, extracted_count, \

@@ -29,18 +29,33 @@ pub struct RunFailOutcome {
 impl Ledger {
     pub async fn fail_run(&self, run_id: Uuid, req: &RunFailure) -> LedgerResult<RunFailOutcome> {
         if !fail_transition_allowed(req.expected_status, req.fail_status) {
-            return Err(LedgerError::FailTransitionNotAllowed { expected: req.expected_status, fail: req.fail_status });
+            return Err(LedgerError::FailTransitionNotAllowed {
+                expected: req.expected_status,
+                fail: req.fail_status,
+            });
         }
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let current = run.status()?;
             if current == req.fail_status {
-                return Ok(RunFailOutcome { run_id, run_status: current, changed: false });
+                return Ok(RunFailOutcome {
+                    run_id,
+                    run_status: current,
+                    changed: false,
+                });
             }
             if current != req.expected_status {
-                return Err(LedgerError::RunStatusMismatch { run_status: current, stage: None });
+                return Err(LedgerError::RunStatusMismatch {
+                    run_status: current,
+                    stage: None,
+                });
             }
-            let end = RunEnd { to: req.fail_status, stage: &req.error_stage, code: &req.error_code, message: &req.message };
+            let end = RunEnd {
+                to: req.fail_status,
+                stage: &req.error_stage,
+                code: &req.error_code,
+                message: &req.message,
+            };
             let aborted = end_run(conn, run_id, current, end)
                 .await?
                 .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
@@ -52,7 +67,11 @@ impl Ledger {
                 .aborted(aborted)
                 .insert(conn)
                 .await?;
-            Ok(RunFailOutcome { run_id, run_status: req.fail_status, changed: true })
+            Ok(RunFailOutcome {
+                run_id,
+                run_status: req.fail_status,
+                changed: true,
+            })
         })
     }
 }

@@ -1,0 +1,152 @@
+//! The `load-control-api` binary's interface: `migrate`, `hash-token`, `serve`, `--help`, and
+//! configuration errors that name the key.
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+use testkit::TestDb;
+
+const BIN: &str = env!("CARGO_BIN_EXE_load-control-api");
+
+fn config_file(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {
+    let path = dir.join(format!("config-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(&path, yaml).unwrap();
+    path
+}
+
+#[test]
+fn hash_token_prints_the_sha256_of_stdin() {
+    let mut child = Command::new(BIN)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"secret\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    assert_eq!(
+        String::from_utf8(out.stdout).unwrap().trim(),
+        "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+    );
+}
+
+#[test]
+fn help_explains_the_subcommands() {
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    for word in ["serve", "migrate", "hash-token", "--config", "LCA_"] {
+        assert!(text.contains(word), "--help lacks {word}:\n{text}");
+    }
+}
+
+#[test]
+fn configuration_errors_name_the_key_and_exit_non_zero() {
+    let dir = std::env::temp_dir();
+    for (yaml, key) in [
+        (
+            "database: {url: 'postgres://x@127.0.0.1/d'}\nserver: {prot: 1}\n",
+            "prot",
+        ),
+        (
+            "database: {url: 'postgres://x@127.0.0.1/d'}\nrecovery: {stale: 10m}\n",
+            "recovery.stale",
+        ),
+        ("server: {port: 8080}\n", "database.url"),
+    ] {
+        let path = config_file(&dir, yaml);
+        let out = Command::new(BIN)
+            .args(["--config", path.to_str().unwrap(), "serve"])
+            .env_remove("DATABASE_URL")
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(err.contains(key), "{key} not named in: {err}");
+    }
+    let out = Command::new(BIN)
+        .args(["--config", "/nonexistent/config.yaml", "migrate"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8(out.stderr)
+            .unwrap()
+            .contains("/nonexistent/config.yaml")
+    );
+}
+
+#[tokio::test]
+async fn migrate_twice_at_once_then_serve() {
+    let db = TestDb::empty().await;
+    let dir = std::env::temp_dir();
+    let path = config_file(
+        &dir,
+        &format!("database:\n  url: {}\nlogging:\n  format: text\n", db.url),
+    );
+    // Two migrate processes at once, then a third.
+    let a = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "migrate"])
+        .spawn()
+        .unwrap();
+    let b = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "migrate"])
+        .spawn()
+        .unwrap();
+    assert!(a.wait_with_output().unwrap().status.success());
+    assert!(b.wait_with_output().unwrap().status.success());
+    assert!(
+        Command::new(BIN)
+            .args(["--config", path.to_str().unwrap(), "migrate"])
+            .status()
+            .unwrap()
+            .success()
+    );
+
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut server = Command::new(BIN)
+        .args([
+            "--config",
+            path.to_str().unwrap(),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .env("LCA_SERVER__TIMEOUT_GRACEFUL_SHUTDOWN", "2")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let url = format!("http://127.0.0.1:{port}/readyz");
+    let mut ready = None;
+    for _ in 0..100 {
+        if let Ok(r) = client.get(&url).send().await {
+            ready = Some(r.status());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ready.map(|s| s.as_u16()), Some(200));
+    // No tokens configured: protected calls are refused, never served.
+    let r = client
+        .get(format!("http://127.0.0.1:{port}/v1/runs"))
+        .bearer_auth("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    send_sigterm(server.id());
+    let status = server.wait().unwrap();
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+}
+
+fn send_sigterm(pid: u32) {
+    Command::new("kill")
+        .args(["-TERM", &pid.to_string()])
+        .status()
+        .unwrap();
+}
