@@ -15,8 +15,9 @@ use axum::{Json, Router};
 use futures::FutureExt;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use ledger::{
-    ChunkOutcome, ClaimOutcome, CreatedRun, Ledger, ManifestOutcome, PartitionFailOutcome,
-    RunFailOutcome,
+    Actor, CancelOutcome, ChunkOutcome, ClaimOutcome, CreatedRun, Ledger, ManifestOutcome,
+    MetricsRecorded, PartitionFailOutcome, PublishClaim, ResendOutcome, RunFailOutcome,
+    StageVerdict, StartOutcome, StatusChange, SuccessVerdict,
 };
 use serde_json::json;
 use std::collections::HashMap;
@@ -78,10 +79,25 @@ caller_extractor!(
     &[Role::Nifi]
 );
 caller_extractor!(
-    /// Read endpoints: NiFi or an operator.
+    /// Read endpoints and the cleanup report: NiFi or an operator.
     ReadCaller,
     &[Role::Nifi, Role::Operator]
 );
+caller_extractor!(
+    /// Operator actions.
+    OperatorCaller,
+    &[Role::Operator]
+);
+
+impl Caller {
+    /// The identity recorded on operator events.
+    pub fn actor(&self) -> Actor {
+        Actor {
+            name: self.identity.clone(),
+            role: self.role.as_str().to_string(),
+        }
+    }
+}
 
 /// What a request brought: path parameters, query and body, plus the problems found so far.
 pub struct Input {
@@ -172,6 +188,21 @@ impl Input {
             self.path.get("run_id").map(String::as_str),
             &mut self.problems,
         )
+    }
+
+    /// `path.dispatch_id`, validated.
+    pub fn dispatch_id(&mut self) -> Uuid {
+        match self
+            .path
+            .get("dispatch_id")
+            .and_then(|s| crate::input::parse_uuid(s))
+        {
+            Some(id) => id,
+            None => {
+                self.problems.push("path.dispatch_id", "must be a UUID");
+                Uuid::nil()
+            }
+        }
     }
 
     /// `path.partition_id`, validated.
@@ -369,6 +400,28 @@ pub fn router(state: AppState) -> Router {
             "/v1/runs/{run_id}/partitions/{partition_id}/fail",
             post(fail_partition),
         )
+        .route("/v1/runs/{run_id}/validation/start", post(start_validation))
+        .route(
+            "/v1/runs/{run_id}/validations",
+            post(store_metrics).get(list_metrics),
+        )
+        .route("/v1/runs/{run_id}/stage-validated", post(stage_validated))
+        .route("/v1/runs/{run_id}/publish/claim", post(claim_publish))
+        .route("/v1/runs/{run_id}/publish/result", post(publish_result))
+        .route("/v1/runs/{run_id}/success", post(succeed))
+        .route(
+            "/v1/runs/{run_id}/dispatches/{dispatch_id}/resend",
+            post(resend_dispatch),
+        )
+        .route(
+            "/v1/runs/{run_id}/publish-unknown/resolve",
+            post(resolve_publish_unknown),
+        )
+        .route("/v1/runs/{run_id}/cancel", post(cancel_run))
+        .route("/v1/cleanup/candidates", get(cleanup_candidates))
+        .route("/v1/runs/{run_id}/cleanup", post(record_cleanup))
+        .route("/v1/monitor/summary", get(monitor_summary))
+        .route("/v1/runs/{run_id}/events", get(run_events))
         .fallback(|| async { ApiError::not_found() })
         .layer(middleware::from_fn_with_state(state.clone(), frame))
         .with_state(state)
@@ -541,6 +594,221 @@ async fn fail_partition(
         s.0.ledger
             .fail_partition(run_id, &pid, &failure.expect("validated"))
             .await?,
+    ))
+}
+
+async fn start_validation(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<StartOutcome> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let body = input.with_body(requests::validation_start);
+    input.problems.check()?;
+    let (dispatch_id, node) = body.expect("validated");
+    Ok(Json(
+        s.0.ledger
+            .start_validation(run_id, dispatch_id, &node)
+            .await?,
+    ))
+}
+
+async fn store_metrics(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<MetricsRecorded> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let body = input.with_body(requests::metrics).flatten();
+    input.problems.check()?;
+    let (stage, version, items) = body.expect("validated");
+    Ok(Json(
+        s.0.ledger
+            .store_metrics(run_id, stage, &version, &items)
+            .await?,
+    ))
+}
+
+async fn list_metrics(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<serde_json::Value> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let run_id = input.run_id();
+    input.problems.check()?;
+    Ok(Json(json!({"metrics": s.0.ledger.metrics(run_id).await?})))
+}
+
+async fn stage_validated(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<StageVerdict> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let run_id = input.run_id();
+    input.problems.check()?;
+    Ok(Json(s.0.ledger.stage_validated(run_id).await?))
+}
+
+async fn claim_publish(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<PublishClaim> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let token = input.with_body(requests::publish_token);
+    input.problems.check()?;
+    Ok(Json(
+        s.0.ledger
+            .claim_publish(run_id, token.expect("validated"))
+            .await?,
+    ))
+}
+
+async fn publish_result(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<StatusChange> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let body = input.with_body(requests::publish_result).flatten();
+    input.problems.check()?;
+    let r = body.expect("validated");
+    Ok(Json(
+        s.0.ledger
+            .publish_result(
+                run_id,
+                r.token,
+                r.outcome,
+                r.error_code.as_deref(),
+                &r.message,
+            )
+            .await?,
+    ))
+}
+
+async fn succeed(
+    State(s): State<AppState>,
+    _c: NifiCaller,
+    req: Request,
+) -> ApiResult<SuccessVerdict> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let target_count = input.with_body(requests::success);
+    input.problems.check()?;
+    Ok(Json(
+        s.0.ledger.succeed(run_id, target_count.flatten()).await?,
+    ))
+}
+
+async fn resend_dispatch(
+    State(s): State<AppState>,
+    c: OperatorCaller,
+    req: Request,
+) -> ApiResult<ResendOutcome> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let run_id = input.run_id();
+    let dispatch_id = input.dispatch_id();
+    input.problems.check()?;
+    Ok(Json(
+        s.0.ledger
+            .resend_dispatch(run_id, dispatch_id, &c.0.actor())
+            .await?,
+    ))
+}
+
+async fn resolve_publish_unknown(
+    State(s): State<AppState>,
+    c: OperatorCaller,
+    req: Request,
+) -> ApiResult<StatusChange> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let body = input.with_body(requests::resolution).flatten();
+    input.problems.check()?;
+    let (resolution, reason) = body.expect("validated");
+    Ok(Json(
+        s.0.ledger
+            .resolve_publish_unknown(run_id, resolution, &reason, &c.0.actor())
+            .await?,
+    ))
+}
+
+async fn cancel_run(
+    State(s): State<AppState>,
+    c: OperatorCaller,
+    req: Request,
+) -> ApiResult<CancelOutcome> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let reason = input.with_body(requests::reason);
+    input.problems.check()?;
+    Ok(Json(
+        s.0.ledger
+            .cancel_run(run_id, &reason.expect("validated"), &c.0.actor())
+            .await?,
+    ))
+}
+
+async fn cleanup_candidates(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<serde_json::Value> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let job_key = requests::query_job_key(&input.query, &mut input.problems);
+    let limit = requests::query_int(&input.query, "limit", 1, 500, 50, &mut input.problems);
+    input.problems.check()?;
+    Ok(Json(
+        json!({"runs": s.0.ledger.cleanup_candidates(job_key.as_deref(), limit).await?}),
+    ))
+}
+
+async fn record_cleanup(
+    State(s): State<AppState>,
+    c: ReadCaller,
+    req: Request,
+) -> ApiResult<ledger::CleanupRecorded> {
+    let mut input = Input::read(&s, req, BodyMode::Json).await?;
+    let run_id = input.run_id();
+    let body = input.with_body(requests::cleanup_report);
+    input.problems.check()?;
+    let (table, path) = body.expect("validated");
+    let actor = (c.0.role == Role::Operator).then(|| c.0.actor());
+    Ok(Json(
+        s.0.ledger
+            .record_cleanup(run_id, table.as_deref(), path.as_deref(), actor.as_ref())
+            .await?,
+    ))
+}
+
+async fn monitor_summary(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<ledger::MonitorSummary> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let limit = requests::query_int(&input.query, "alertLimit", 1, 500, 100, &mut input.problems);
+    input.problems.check()?;
+    Ok(Json(s.0.ledger.monitor_summary(limit).await?))
+}
+
+async fn run_events(
+    State(s): State<AppState>,
+    _c: ReadCaller,
+    req: Request,
+) -> ApiResult<serde_json::Value> {
+    let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+    let run_id = input.run_id();
+    let limit = requests::query_int(&input.query, "limit", 1, 1000, 200, &mut input.problems);
+    input.problems.check()?;
+    Ok(Json(
+        json!({"events": s.0.ledger.run_events(run_id, limit).await?}),
     ))
 }
 

@@ -42,47 +42,7 @@ impl Dur {
     }
 }
 
-pub fn parse_duration(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    if let Ok(secs) = s.parse::<f64>() {
-        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
-    }
-    if let Some(rest) = s.strip_prefix('P') {
-        let (date, time) = rest.split_once('T').unwrap_or((rest, ""));
-        let mut total = 0f64;
-        let mut any = false;
-        for (part, units) in [
-            (date, &[('W', 604800.0), ('D', 86400.0)][..]),
-            (time, &[('H', 3600.0), ('M', 60.0), ('S', 1.0)][..]),
-        ] {
-            let mut num = String::new();
-            for c in part.chars() {
-                if c.is_ascii_digit() || c == '.' {
-                    num.push(c);
-                } else {
-                    let unit = units.iter().find(|(u, _)| *u == c)?.1;
-                    total += num.parse::<f64>().ok()? * unit;
-                    num.clear();
-                    any = true;
-                }
-            }
-            if !num.is_empty() {
-                return None;
-            }
-        }
-        return any.then(|| Duration::from_secs_f64(total));
-    }
-    let (num, unit) = s.split_at(s.len().checked_sub(1)?);
-    let mult = match unit {
-        "s" => 1.0,
-        "m" => 60.0,
-        "h" => 3600.0,
-        "d" => 86400.0,
-        _ => return None,
-    };
-    let n: f64 = num.parse().ok()?;
-    (n >= 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * mult))
-}
+pub use ledger::settings::parse_duration;
 
 impl<'de> Deserialize<'de> for Dur {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -741,18 +701,6 @@ mod tests {
         let c =
             Config::from_sources(MINIMAL, &env(&[("DATABASE_URL", "postgres://other/d")])).unwrap();
         assert_eq!(c.database.url.as_deref(), Some("postgres://u@127.0.0.1/db"));
-    }
-
-    #[test]
-    fn durations_in_every_form() {
-        assert_eq!(parse_duration("PT90M"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("P3D"), Some(Duration::from_secs(3 * 86400)));
-        assert_eq!(parse_duration("PT1H30M"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("90m"), Some(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("45"), Some(Duration::from_secs(45)));
-        assert_eq!(parse_duration("soon"), None);
-        assert_eq!(parse_duration("P"), None);
     }
 
     #[test]

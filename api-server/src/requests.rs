@@ -2,8 +2,8 @@
 //! into the ledger's typed request, collecting every problem.
 use crate::input::*;
 use ledger::{
-    ChunkReport, Decimal38, LedgerError, Manifest, ManifestPartition, NewRun, PartitionFailure,
-    RunFailure, RunFilter, RunStatus,
+    ChunkReport, Decimal38, LedgerError, Manifest, ManifestPartition, MetricItem, MetricStage,
+    NewRun, PartitionFailure, RunFailure, RunFilter, RunStatus,
 };
 use regex::Regex;
 use std::sync::LazyLock;
@@ -255,4 +255,143 @@ pub fn run_filter(query: &[(String, String)], p: &mut Problems) -> RunFilter {
         }
     }
     f
+}
+
+// ---- validation, publish, operator and read endpoints (CONTRACT §4.9–§4.22) ----
+
+re!(METRIC_NAME, r"^[A-Za-z0-9_.:\-]{1,150}$");
+
+pub fn validation_start(o: &mut ObjReader<'_>, p: &mut Problems) -> (Uuid, String) {
+    (
+        o.required("dispatchId", p, uuid),
+        o.optional("node", String::new(), p, text(0, 200)),
+    )
+}
+
+pub fn metrics(
+    o: &mut ObjReader<'_>,
+    p: &mut Problems,
+) -> Option<(MetricStage, String, Vec<MetricItem>)> {
+    let stage = o.required("stage", p, |v| match v {
+        JVal::Str(s) if s == "STAGING" => Ok(Some(MetricStage::Staging)),
+        JVal::Str(s) if s == "TARGET" => Ok(Some(MetricStage::Target)),
+        _ => Err("must be STAGING or TARGET".into()),
+    });
+    let version = o.optional("queryVersion", "v1".to_string(), p, text(1, 50));
+    let raw: &[JVal] = o.required("metrics", p, |v| match v {
+        JVal::Arr(a) if (1..=500).contains(&a.len()) => Ok(a.as_slice()),
+        JVal::Arr(_) => Err("must hold 1..500 metrics".into()),
+        _ => Err("must be a list".into()),
+    });
+    let items = raw
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| {
+            let mut m = ObjReader::new(v, &format!("$.metrics[{i}]"), p)?;
+            let item = MetricItem {
+                metric_name: m.required("metricName", p, pattern(&METRIC_NAME)),
+                expected_value: m.optional("expectedValue", None, p, nullable(text(0, 2000))),
+                actual_value: m.optional("actualValue", None, p, nullable(text(0, 2000))),
+                tolerance: m.optional("tolerance", None, p, nullable(text(0, 100))),
+                result: m.required("result", p, |v| match v {
+                    JVal::Str(s) if ["PASS", "FAIL", "WARN"].contains(&s.as_str()) => Ok(s.clone()),
+                    _ => Err("must be one of PASS, FAIL, WARN".into()),
+                }),
+                details: m.optional("details", Default::default(), p, object),
+            };
+            m.finish(p);
+            Some(item)
+        })
+        .collect();
+    Some((stage?, version, items))
+}
+
+pub fn publish_token(o: &mut ObjReader<'_>, p: &mut Problems) -> Uuid {
+    o.required("publishToken", p, uuid)
+}
+
+pub struct PublishResult {
+    pub token: Uuid,
+    pub outcome: RunStatus,
+    pub error_code: Option<String>,
+    pub message: String,
+}
+
+pub fn publish_result(o: &mut ObjReader<'_>, p: &mut Problems) -> Option<PublishResult> {
+    let token = o.required("publishToken", p, uuid);
+    let outcome = o.required("outcome", p, |v| match v {
+        JVal::Str(s)
+            if ["PUBLISHED", "FAILED_PUBLISH", "PUBLISH_UNKNOWN"].contains(&s.as_str()) =>
+        {
+            Ok(RunStatus::parse(s))
+        }
+        _ => Err("must be one of PUBLISHED, FAILED_PUBLISH, PUBLISH_UNKNOWN".into()),
+    });
+    let error_code = o.optional("errorCode", None, p, nullable(text(0, 100)));
+    let message = o.optional("message", String::new(), p, text(0, 2000));
+    Some(PublishResult {
+        token,
+        outcome: outcome?,
+        error_code,
+        message,
+    })
+}
+
+pub fn success(o: &mut ObjReader<'_>, p: &mut Problems) -> Option<i64> {
+    o.optional("targetCount", None, p, nullable(min_int(0)))
+}
+
+pub fn resolution(o: &mut ObjReader<'_>, p: &mut Problems) -> Option<(RunStatus, String)> {
+    let resolution = o.required("resolution", p, |v| match v {
+        JVal::Str(s) if s == "PUBLISHED" || s == "FAILED_PUBLISH" => Ok(RunStatus::parse(s)),
+        _ => Err("must be PUBLISHED or FAILED_PUBLISH".into()),
+    });
+    let reason = o.required("reason", p, text(5, 2000));
+    Some((resolution?, reason))
+}
+
+pub fn reason(o: &mut ObjReader<'_>, p: &mut Problems) -> String {
+    o.required("reason", p, text(5, 2000))
+}
+
+pub fn cleanup_report(o: &mut ObjReader<'_>, p: &mut Problems) -> (Option<String>, Option<String>) {
+    (
+        o.optional("droppedTable", None, p, nullable(text(0, 300))),
+        o.optional("deletedPath", None, p, nullable(pattern(&HDFS_PATH))),
+    )
+}
+
+/// An integer query parameter in `min..=max`, `default` when absent.
+pub fn query_int(
+    query: &[(String, String)],
+    name: &str,
+    min: i64,
+    max: i64,
+    default: i64,
+    p: &mut Problems,
+) -> i64 {
+    match query.iter().rev().find(|(k, _)| k == name) {
+        None => default,
+        Some((_, v)) => int_range(min, max)(&JVal::Str(v.clone())).unwrap_or_else(|m| {
+            p.push(format!("query.{name}"), m);
+            default
+        }),
+    }
+}
+
+/// `jobKey` of the cleanup candidates query: the JobKey pattern or 422.
+pub fn query_job_key(query: &[(String, String)], p: &mut Problems) -> Option<String> {
+    let (_, v) = query
+        .iter()
+        .rev()
+        .find(|(k, _)| k == "jobKey" || k == "job_key")?;
+    if JOB_KEY.is_match(v) {
+        Some(v.clone())
+    } else {
+        p.push(
+            "query.jobKey",
+            format!("does not match {}", JOB_KEY.as_str()),
+        );
+        None
+    }
 }

@@ -9,6 +9,13 @@ pub fn ledger_config(c: &Config) -> LedgerConfig {
     LedgerConfig {
         tx_attempts: c.database.tx_attempts.max(1),
         require_registered: c.jobs.require_registered,
+        thresholds: ledger::settings::Thresholds {
+            success_retention: c.cleanup.success_retention.0,
+            failed_retention: c.cleanup.failed_retention.0,
+            stale: c.recovery.stale.0,
+            validation_stale: c.recovery.validation_stale.0,
+        },
+        cleanup_max_batch: c.cleanup.max_batch as i64,
     }
 }
 

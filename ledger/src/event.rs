@@ -23,6 +23,15 @@ impl Level {
     }
 }
 
+/// Who asked for an operator action; recorded in the event's details ([v1-ext] §8).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// Token identity name, or `kubernetes:<namespace>/<name>` for an action on a LoadRun.
+    pub name: String,
+    /// Authenticated role name (`operator` for every operator action).
+    pub role: String,
+}
+
 #[derive(Debug, Clone)]
 pub(crate) struct Event {
     level: Level,
@@ -105,6 +114,12 @@ impl Event {
         if n > 0 {
             self.details["abortedPartitions"] = json!(n);
         }
+        self
+    }
+
+    pub fn actor(mut self, actor: &Actor) -> Self {
+        self.details["operator"] = json!(actor.name);
+        self.details["operatorRole"] = json!(actor.role);
         self
     }
 

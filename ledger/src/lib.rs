@@ -6,22 +6,33 @@ pub mod error;
 pub mod event;
 pub mod gate;
 pub mod json;
+pub mod judge;
 pub mod manifest;
 pub mod migrate;
 pub mod ops;
+pub mod settings;
 pub mod status;
 pub mod store;
 pub mod text;
 
 pub use decimal::Decimal38;
 pub use error::{LedgerError, LedgerResult};
+pub use event::Actor;
 pub use manifest::{Manifest, ManifestPartition};
 pub use ops::chunk::{ChunkOutcome, ChunkReport, ChunkResult};
 pub use ops::claim::ClaimOutcome;
+pub use ops::cleanup::{CleanupCandidate, CleanupRecorded};
 pub use ops::create::{CreatedRun, NewRun};
 pub use ops::manifest::{DispatchPartition, ManifestOutcome};
+pub use ops::monitor::{Alert, EventView, MonitorSummary};
+pub use ops::operator::{CancelOutcome, ResendOutcome};
 pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
+pub use ops::publish::{PublishClaim, StatusChange};
 pub use ops::read::{RunDetail, RunFilter, RunSummary};
 pub use ops::run_fail::{RunFailOutcome, RunFailure};
+pub use ops::validation::{
+    MetricItem, MetricStage, MetricView, MetricsRecorded, StageVerdict, StartOutcome,
+    SuccessVerdict,
+};
 pub use status::{DispatchStatus, DispatchType, PartitionStatus, RunStatus};
 pub use store::{Ledger, LedgerConfig, LockWaitObserver};

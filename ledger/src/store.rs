@@ -14,6 +14,10 @@ pub struct LedgerConfig {
     pub tx_attempts: u32,
     /// `jobs.require_registered`: creating a run needs a non-removed `load_job` row.
     pub require_registered: bool,
+    /// Global retention and stale thresholds; jobs may override them (§10.3).
+    pub thresholds: crate::settings::Thresholds,
+    /// `cleanup.max_batch`: cap of cleanup candidates and of the monitor's `cleanupDue`.
+    pub cleanup_max_batch: i64,
 }
 
 impl Default for LedgerConfig {
@@ -21,6 +25,8 @@ impl Default for LedgerConfig {
         LedgerConfig {
             tx_attempts: 3,
             require_registered: false,
+            thresholds: Default::default(),
+            cleanup_max_batch: 200,
         }
     }
 }
@@ -142,11 +148,15 @@ pub(crate) struct RunRow {
     pub status: String,
     pub source_count: Option<i64>,
     pub hdfs_run_path: Option<String>,
+    pub stage_table_name: Option<String>,
+    pub snapshot_scn: Option<String>,
+    pub extracted_count: i64,
+    pub publish_token: Option<Uuid>,
     pub parameters: sqlx::types::Json<serde_json::Value>,
 }
 
-pub(crate) const RUN_COLUMNS: &str =
-    "run_id, job_key, business_key, status, source_count, hdfs_run_path, parameters";
+pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, \
+    stage_table_name, snapshot_scn::text AS snapshot_scn, extracted_count, publish_token, parameters";
 
 impl RunRow {
     pub fn status(&self) -> LedgerResult<RunStatus> {
@@ -221,4 +231,51 @@ pub(crate) async fn touch_run_heartbeat(conn: &mut PgConnection, run_id: Uuid) -
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Per-job thresholds as parallel arrays for `unnest(...)` in SQL: job keys, success retention,
+/// failed retention, stale and validation-stale seconds. Jobs without valid overrides are absent
+/// (the global values apply to them).
+pub(crate) struct JobThresholds {
+    pub jobs: Vec<String>,
+    pub success: Vec<f64>,
+    pub failed: Vec<f64>,
+    pub stale: Vec<f64>,
+    pub validation_stale: Vec<f64>,
+}
+
+impl Ledger {
+    /// Reads the non-removed `load_job` settings now, so a change applies from the next request.
+    pub(crate) async fn job_thresholds(
+        &self,
+        conn: &mut PgConnection,
+    ) -> LedgerResult<JobThresholds> {
+        let rows: Vec<(String, sqlx::types::Json<serde_json::Value>)> = sqlx::query_as(
+            "SELECT job_key, settings FROM nifi_ops.load_job WHERE removed_at IS NULL AND settings <> '{}'::jsonb",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut t = JobThresholds {
+            jobs: vec![],
+            success: vec![],
+            failed: vec![],
+            stale: vec![],
+            validation_stale: vec![],
+        };
+        for (job, settings) in rows {
+            match crate::settings::effective(&self.config.thresholds, &settings.0) {
+                Ok(e) => {
+                    t.jobs.push(job);
+                    t.success.push(e.success_retention.as_secs_f64());
+                    t.failed.push(e.failed_retention.as_secs_f64());
+                    t.stale.push(e.stale.as_secs_f64());
+                    t.validation_stale.push(e.validation_stale.as_secs_f64());
+                }
+                Err(why) => {
+                    tracing::warn!(event = "job_settings_invalid", job_key = %job, reason = %why, "job settings ignored")
+                }
+            }
+        }
+        Ok(t)
+    }
 }

@@ -235,3 +235,83 @@ pub fn chunk_body(run: Uuid, pid: &str, token: Uuid, index: i64, count: i64, row
     json!({"claimToken": token, "chunkIndex": index, "chunkCount": count, "recordCount": rows, "byteCount": 100,
            "hdfsPath": format!("/data/stage/JOB/run_id={run}/p={pid}/part-{index}.parquet")})
 }
+
+impl Api {
+    pub async fn send_op(&self, path: &str, body: Value) -> Reply {
+        self.send("POST", path, Some(OPERATOR), Some(&body)).await
+    }
+
+    /// A run whose single partition succeeded: EXTRACTED_VALIDATED with its VALIDATE_RUN dispatch.
+    pub async fn validated_run(&self, bk: &str) -> (Uuid, Uuid) {
+        let run = self.extracting_run("JOB", bk, &[5]).await;
+        let t = Uuid::new_v4();
+        self.claim(run, "0000", t).await;
+        let r = self.chunk(run, "0000", t, 0, 1, 5).await;
+        assert_eq!(r.body["validationScheduled"], true, "{:?}", r.body);
+        let (dispatch,): (Uuid,) =
+            sqlx::query_as("SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1")
+                .bind(run)
+                .fetch_one(&mut self.conn().await)
+                .await
+                .unwrap();
+        (run, dispatch)
+    }
+
+    pub async fn staging_metrics(&self, run: Uuid, metrics: Value) -> Reply {
+        self.post(
+            &format!("/v1/runs/{run}/validations"),
+            json!({"stage": "STAGING", "metrics": metrics}),
+        )
+        .await
+    }
+
+    /// A run in STAGING_VALIDATED.
+    pub async fn stage_validated_run(&self, bk: &str) -> Uuid {
+        let (run, dispatch) = self.validated_run(bk).await;
+        assert_eq!(
+            self.post(
+                &format!("/v1/runs/{run}/validation/start"),
+                json!({"dispatchId": dispatch})
+            )
+            .await
+            .body["started"],
+            true
+        );
+        self.staging_metrics(
+            run,
+            json!([{"metricName": "STAGE_COUNT", "actualValue": "5", "result": "PASS"}]),
+        )
+        .await;
+        assert_eq!(
+            self.post(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+                .await
+                .body["stageValidated"],
+            true
+        );
+        run
+    }
+
+    /// A run in PUBLISHING, claimed with the returned token.
+    pub async fn publishing_run(&self, bk: &str) -> (Uuid, Uuid) {
+        let run = self.stage_validated_run(bk).await;
+        let token = Uuid::new_v4();
+        assert_eq!(
+            self.post(
+                &format!("/v1/runs/{run}/publish/claim"),
+                json!({"publishToken": token})
+            )
+            .await
+            .body["claimed"],
+            true
+        );
+        (run, token)
+    }
+
+    pub async fn sql(&self, sql: &str, run: Uuid) {
+        sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+            .bind(run)
+            .execute(&mut self.conn().await)
+            .await
+            .unwrap();
+    }
+}

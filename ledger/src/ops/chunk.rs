@@ -5,7 +5,7 @@
 //! other; a verdict that ends the run rolls back and re-runs under FOR UPDATE (§5.3 rule 6).
 use super::claim::lock_partition;
 use super::complete::complete_extraction;
-use super::end::{RunEnd, end_run};
+use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
@@ -338,15 +338,16 @@ impl Ledger {
             .insert(conn)
             .await?;
         let run_message = format!("partition {pid}: {text}");
-        let end = RunEnd {
-            to: RunStatus::FailedExtract,
-            stage: "PARTITION_GATE",
-            code: "ROW_COUNT_MISMATCH",
-            message: &run_message,
-        };
-        let aborted = end_run(conn, run.run_id, RunStatus::Extracting, end)
-            .await?
-            .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
+        let end = (
+            RunStatus::FailedExtract,
+            ErrorFields::Set {
+                stage: "PARTITION_GATE",
+                code: "ROW_COUNT_MISMATCH",
+                message: &run_message,
+            },
+        );
+        let aborted =
+            transition_locked(conn, run.run_id, RunStatus::Extracting, end.0, end.1).await?;
         Event::new(Level::Error, "RUN_FAILED")
             .run(run)
             .partition(pid)

@@ -1,7 +1,7 @@
 //! `POST /v1/runs/{run_id}/manifest` (CONTRACT §4.2): the plan of partitions, judged by the pure
 //! invariants of `crate::manifest` and stored in one transaction.
 use super::complete::complete_extraction;
-use super::end::{RunEnd, end_run};
+use super::transition::{ErrorFields, transition};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::manifest::{Manifest, manifest_violations};
@@ -62,13 +62,15 @@ impl Ledger {
             let violations = manifest_violations(m, allow_empty);
             if !violations.is_empty() {
                 let message = violations.join("; ");
-                let end = RunEnd {
-                    to: RunStatus::FailedManifest,
-                    stage: "MANIFEST",
-                    code: "MANIFEST_INVALID",
-                    message: &message,
-                };
-                end_run(conn, run_id, status, end).await?;
+                let end = (
+                    RunStatus::FailedManifest,
+                    ErrorFields::Set {
+                        stage: "MANIFEST",
+                        code: "MANIFEST_INVALID",
+                        message: &message,
+                    },
+                );
+                transition(conn, run_id, status, end.0, end.1).await?;
                 Event::new(Level::Error, "MANIFEST_INVALID")
                     .run(&run)
                     .code("MANIFEST_INVALID")

@@ -1,10 +1,15 @@
 //! One module per ledger operation; each is one transaction (CONTRACT §3.9).
 pub mod chunk;
 pub mod claim;
+pub mod cleanup;
 mod complete;
 pub mod create;
-mod end;
 pub mod manifest;
+pub mod monitor;
+pub mod operator;
 pub mod partition_fail;
+pub mod publish;
 pub mod read;
 pub mod run_fail;
+mod transition;
+pub mod validation;

@@ -1,7 +1,7 @@
 //! `POST /v1/runs/{run_id}/partitions/{partition_id}/fail` (CONTRACT §4.8): the owner's final word
 //! on its partition, which ends an extracting run.
 use super::claim::lock_partition;
-use super::end::{RunEnd, end_run};
+use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::status::{PartitionStatus, RunStatus, is_snapshot_failure};
@@ -96,15 +96,12 @@ impl Ledger {
                 } else {
                     RunStatus::FailedExtract
                 };
-                let end = RunEnd {
-                    to,
+                let error = ErrorFields::Set {
                     stage: &f.error_stage,
                     code: &f.error_code,
                     message: &f.message,
                 };
-                let aborted = end_run(conn, run_id, run_status, end)
-                    .await?
-                    .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
+                let aborted = transition_locked(conn, run_id, run_status, to, error).await?;
                 Event::new(Level::Error, "RUN_FAILED")
                     .run(&run)
                     .partition(pid)

@@ -1,5 +1,5 @@
 //! `POST /v1/runs/{run_id}/fail` (CONTRACT §4.3): a non-partition stage failure.
-use super::end::{RunEnd, end_run};
+use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::status::{RunStatus, fail_transition_allowed};
@@ -50,15 +50,15 @@ impl Ledger {
                     stage: None,
                 });
             }
-            let end = RunEnd {
-                to: req.fail_status,
-                stage: &req.error_stage,
-                code: &req.error_code,
-                message: &req.message,
-            };
-            let aborted = end_run(conn, run_id, current, end)
-                .await?
-                .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))?;
+            let end = (
+                req.fail_status,
+                ErrorFields::Set {
+                    stage: &req.error_stage,
+                    code: &req.error_code,
+                    message: &req.message,
+                },
+            );
+            let aborted = transition_locked(conn, run_id, current, end.0, end.1).await?;
             Event::new(Level::Error, "RUN_FAILED")
                 .run(&run)
                 .code(&req.error_code)

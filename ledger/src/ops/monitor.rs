@@ -1,0 +1,189 @@
+//! The monitor summary and the event timeline (CONTRACT §4.20, §4.22): read-only, one snapshot.
+use super::cleanup::{DUE, JOB_CTE, bind_thresholds};
+use crate::error::{LedgerError, LedgerResult};
+use crate::json::{ts, ts_opt};
+use crate::store::Ledger;
+use crate::text::cut;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct Alert {
+    pub kind: String,
+    pub severity: String,
+    pub run_id: Uuid,
+    pub job_key: String,
+    pub business_key: String,
+    pub status: Option<String>,
+    #[serde(serialize_with = "ts_opt")]
+    pub at: Option<DateTime<Utc>>,
+    pub message: Option<String>,
+    pub dispatch_id: Option<Uuid>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MonitorSummary {
+    #[serde(serialize_with = "ts")]
+    pub server_time: DateTime<Utc>,
+    pub active_runs: BTreeMap<String, i64>,
+    pub recent_runs: BTreeMap<String, i64>,
+    pub recent_window_hours: i64,
+    pub dispatches: BTreeMap<String, i64>,
+    pub cleanup_due: i64,
+    pub alerts: Vec<Alert>,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct EventView {
+    #[serde(serialize_with = "ts")]
+    pub event_time: DateTime<Utc>,
+    pub level: String,
+    pub name: String,
+    pub partition_id: Option<String>,
+    pub process_group: Option<String>,
+    pub error_code: Option<String>,
+    pub message: Option<String>,
+    pub details: sqlx::types::Json<Value>,
+}
+
+const ACTIVE: &str = "('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED','PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN')";
+
+impl Ledger {
+    pub async fn monitor_summary(&self, alert_limit: i64) -> LedgerResult<MonitorSummary> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let t = self.job_thresholds(&mut tx).await?;
+        let g = self.config.thresholds;
+        let (server_time,): (DateTime<Utc>,) = sqlx::query_as("SELECT clock_timestamp()")
+            .fetch_one(&mut *tx)
+            .await?;
+        let counts = |sql: String| sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
+        let active_runs: BTreeMap<String, i64> =
+            counts(format!("SELECT status, count(*) FROM nifi_ops.load_run WHERE status IN {ACTIVE} GROUP BY status"))
+                .fetch_all(&mut *tx)
+                .await?
+                .into_iter()
+                .collect();
+        let recent_runs: BTreeMap<String, i64> = counts(format!(
+            "SELECT status, count(*) FROM nifi_ops.load_run WHERE status NOT IN {ACTIVE} \
+               AND COALESCE(completed_at, heartbeat_at) >= clock_timestamp() - interval '24 hours' GROUP BY status"
+        ))
+        .fetch_all(&mut *tx)
+        .await?
+        .into_iter()
+        .collect();
+        let mut dispatches: BTreeMap<String, i64> = ["PENDING", "SENT", "DEAD"]
+            .iter()
+            .map(|s| (s.to_string(), 0))
+            .collect();
+        for (status, n) in counts("SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT','DEAD') GROUP BY status".into())
+            .fetch_all(&mut *tx)
+            .await?
+        {
+            dispatches.insert(status, n);
+        }
+        let due_sql = format!(
+            "{JOB_CTE} SELECT count(*) FROM (SELECT 1 FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key WHERE {DUE} LIMIT $8) d"
+        );
+        let (cleanup_due,): (i64,) =
+            bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(due_sql)), t, g)
+                .bind(self.config.cleanup_max_batch)
+                .fetch_one(&mut *tx)
+                .await?;
+        let alerts_sql = format!(
+            "{JOB_CTE},
+             cleanup_failed AS (
+               SELECT DISTINCT ON (e.run_id) e.run_id, e.event_time, e.message FROM nifi_ops.load_event e
+                WHERE e.event_name = 'CLEANUP_FAILED' AND e.event_time >= clock_timestamp() - interval '24 hours'
+                ORDER BY e.run_id, e.event_time DESC, e.event_id DESC),
+             alerts AS (
+               SELECT 'PUBLISH_UNKNOWN' AS kind, 'ERROR' AS severity, r.run_id, r.job_key, r.business_key, r.status,
+                      r.heartbeat_at AS at, r.error_message AS message, NULL::uuid AS dispatch_id
+                 FROM nifi_ops.load_run r WHERE r.status = 'PUBLISH_UNKNOWN'
+               UNION ALL
+               SELECT 'DISPATCH_DEAD', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, d.next_attempt_at,
+                      d.dispatch_type || ': ' || COALESCE(d.last_error, ''), d.dispatch_id
+                 FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id
+                WHERE d.status = 'DEAD' AND r.status <> 'CANCELLED' AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %'
+               UNION ALL
+               SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
+                      COALESCE(r.error_code, '') || ' ' || COALESCE(r.error_message, ''), NULL
+                 FROM nifi_ops.load_run r
+                WHERE r.status IN ('FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION','FAILED_PUBLISH',
+                                   'FAILED_TARGET_VALIDATION','FAILED_SNAPSHOT_EXPIRED','TIMED_OUT')
+                  AND COALESCE(r.completed_at, r.heartbeat_at) >= clock_timestamp() - interval '24 hours'
+               UNION ALL
+               SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
+                 FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key
+                WHERE (r.status IN ('STAGE_VALIDATING','PUBLISHED','EXTRACTED_VALIDATED','STAGING_VALIDATED')
+                       AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.vstale_s, $9)))
+                   OR (r.status IN ('CREATED','EXTRACTING')
+                       AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.stale_s, $8)))
+               UNION ALL
+               SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
+                 FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)
+             SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
+              ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
+              LIMIT $10"
+        );
+        let mut alerts: Vec<Alert> =
+            bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(alerts_sql)), t, g)
+                .bind(g.stale.as_secs_f64())
+                .bind(g.validation_stale.as_secs_f64())
+                .bind(alert_limit)
+                .fetch_all(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        for a in &mut alerts {
+            a.message = a
+                .message
+                .as_deref()
+                .map(str::trim)
+                .filter(|m| !m.is_empty())
+                .map(|m| cut(m, 500));
+        }
+        Ok(MonitorSummary {
+            server_time,
+            active_runs,
+            recent_runs,
+            recent_window_hours: 24,
+            dispatches,
+            cleanup_due,
+            alerts,
+        })
+    }
+
+    /// The most recent `limit` events of the run, oldest first (§4.22).
+    pub async fn run_events(&self, run_id: Uuid, limit: i64) -> LedgerResult<Vec<EventView>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let exists: Option<(i32,)> =
+            sqlx::query_as("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        exists.ok_or(LedgerError::RunNotFound)?;
+        let rows = sqlx::query_as(
+            "SELECT event_time, level, name, partition_id, process_group, error_code, message, details FROM ( \
+               SELECT event_time, event_level AS level, event_name AS name, partition_id, process_group, error_code, message, details, event_id \
+                 FROM nifi_ops.load_event WHERE run_id = $1 ORDER BY event_time DESC, event_id DESC LIMIT $2) e \
+              ORDER BY event_time, event_id",
+        )
+        .bind(run_id)
+        .bind(limit)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+}

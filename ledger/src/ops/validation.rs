@@ -1,0 +1,415 @@
+//! Stage validation, metrics and the final judgement (CONTRACT §4.9–§4.11, §4.14, §4.21).
+use super::transition::{ErrorFields, transition_locked};
+use crate::error::{LedgerError, LedgerResult};
+use crate::event::{Event, Level};
+use crate::json::ts;
+use crate::judge::{StoredMetric, count_value, judge_metrics};
+use crate::status::RunStatus;
+use crate::store::{Ledger, RunLock, RunRow, transaction};
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{Map, Value, json};
+use uuid::Uuid;
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StartOutcome {
+    pub started: bool,
+    pub run_status: RunStatus,
+    pub job_key: Option<String>,
+    pub business_key: Option<String>,
+    pub snapshot_scn: Option<String>,
+    pub hdfs_run_path: Option<String>,
+    pub stage_table: Option<String>,
+    pub source_count: Option<i64>,
+    pub extracted_count: Option<i64>,
+    pub source_metrics: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricStage {
+    Staging,
+    Target,
+}
+
+impl MetricStage {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MetricStage::Staging => "STAGING",
+            MetricStage::Target => "TARGET",
+        }
+    }
+
+    /// The run status in which this stage's metrics are accepted (§5.5).
+    fn accepted_in(self) -> RunStatus {
+        match self {
+            MetricStage::Staging => RunStatus::StageValidating,
+            MetricStage::Target => RunStatus::Published,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricItem {
+    pub metric_name: String,
+    pub expected_value: Option<String>,
+    pub actual_value: Option<String>,
+    pub tolerance: Option<String>,
+    pub result: String,
+    pub details: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricsRecorded {
+    pub recorded: usize,
+    pub fail_count: usize,
+    pub run_status: RunStatus,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct StageVerdict {
+    pub stage_validated: bool,
+    pub run_status: RunStatus,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct SuccessVerdict {
+    pub success: bool,
+    pub run_status: RunStatus,
+    pub reasons: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[serde(rename_all = "camelCase")]
+pub struct MetricView {
+    pub stage: String,
+    pub metric_name: String,
+    pub expected_value: Option<String>,
+    pub actual_value: Option<String>,
+    pub result: String,
+    #[serde(serialize_with = "ts")]
+    pub measured_at: DateTime<Utc>,
+    pub query_version: String,
+}
+
+async fn stored_metrics(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    stage: &str,
+) -> LedgerResult<Vec<StoredMetric>> {
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT metric_name, query_version, result FROM nifi_ops.load_validation WHERE run_id = $1 AND stage = $2")
+            .bind(run_id)
+            .bind(stage)
+            .fetch_all(&mut *conn)
+            .await?;
+    Ok(rows
+        .into_iter()
+        .map(|(metric_name, query_version, result)| StoredMetric {
+            metric_name,
+            query_version,
+            result,
+        })
+        .collect())
+}
+
+/// The most recently measured actual value of `name` in `stage` (any query version).
+async fn latest_value(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    stage: &str,
+    name: &str,
+) -> LedgerResult<Option<String>> {
+    let row: Option<(Option<String>,)> = sqlx::query_as(
+        "SELECT actual_value FROM nifi_ops.load_validation WHERE run_id = $1 AND stage = $2 AND metric_name = $3 \
+          ORDER BY measured_at DESC, validation_id DESC LIMIT 1",
+    )
+    .bind(run_id)
+    .bind(stage)
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.and_then(|r| r.0))
+}
+
+impl Ledger {
+    /// The dispatch ACK of PG-40 and the one-time start of stage validation (§4.9).
+    pub async fn start_validation(
+        &self,
+        run_id: Uuid,
+        dispatch_id: Uuid,
+        node: &str,
+    ) -> LedgerResult<StartOutcome> {
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let dispatch: Option<(Uuid, String)> =
+                sqlx::query_as("SELECT run_id, dispatch_type FROM nifi_ops.load_dispatch WHERE dispatch_id = $1 FOR UPDATE")
+                    .bind(dispatch_id)
+                    .fetch_optional(&mut *conn)
+                    .await?;
+            match dispatch {
+                Some((owner, kind)) if owner == run_id && kind == "VALIDATE_RUN" => {}
+                _ => return Err(LedgerError::DispatchMismatch),
+            }
+            // The ACK commits whatever the start decides (a duplicate delivery is acknowledged too).
+            sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'ACKED', acked_at = clock_timestamp() WHERE dispatch_id = $1 AND status <> 'ACKED'")
+                .bind(dispatch_id)
+                .execute(&mut *conn)
+                .await?;
+            let status = run.status()?;
+            if status != RunStatus::ExtractedValidated {
+                return Ok(refused_start(status));
+            }
+            transition_locked(
+                conn,
+                run_id,
+                status,
+                RunStatus::StageValidating,
+                ErrorFields::Keep,
+            )
+            .await?;
+            Event::new(Level::Info, "STAGE_VALIDATION_STARTED")
+                .run(&run)
+                .details(json!({"dispatchId": dispatch_id, "node": node}))
+                .insert(conn)
+                .await?;
+            let metrics: Vec<(String, Option<String>)> = sqlx::query_as(
+                "SELECT DISTINCT ON (metric_name) metric_name, actual_value FROM nifi_ops.load_validation \
+                  WHERE run_id = $1 AND stage = 'SOURCE' ORDER BY metric_name, measured_at DESC, validation_id DESC",
+            )
+            .bind(run_id)
+            .fetch_all(&mut *conn)
+            .await?;
+            Ok(started(&run, metrics))
+        })
+    }
+
+    /// Stores STAGING or TARGET metrics (§4.10): upsert by (stage, name, query version).
+    pub async fn store_metrics(
+        &self,
+        run_id: Uuid,
+        stage: MetricStage,
+        query_version: &str,
+        items: &[MetricItem],
+    ) -> LedgerResult<MetricsRecorded> {
+        // A name repeated within one request keeps its last item.
+        let mut last: Vec<&MetricItem> = Vec::new();
+        for item in items {
+            last.retain(|m| m.metric_name != item.metric_name);
+            last.push(item);
+        }
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let status = run.status()?;
+            if status != stage.accepted_in() {
+                return Err(LedgerError::RunStatusMismatch {
+                    run_status: status,
+                    stage: Some(stage.as_str().into()),
+                });
+            }
+            for m in &last {
+                sqlx::query(
+                    "INSERT INTO nifi_ops.load_validation (run_id, stage, metric_name, expected_value, actual_value, tolerance, \
+                       result, query_version, details) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+                     ON CONFLICT (run_id, stage, metric_name, query_version) DO UPDATE SET \
+                       expected_value = EXCLUDED.expected_value, actual_value = EXCLUDED.actual_value, \
+                       tolerance = EXCLUDED.tolerance, result = EXCLUDED.result, details = EXCLUDED.details, \
+                       measured_at = clock_timestamp()",
+                )
+                .bind(run_id)
+                .bind(stage.as_str())
+                .bind(&m.metric_name)
+                .bind(&m.expected_value)
+                .bind(&m.actual_value)
+                .bind(&m.tolerance)
+                .bind(&m.result)
+                .bind(query_version)
+                .bind(sqlx::types::Json(&m.details))
+                .execute(&mut *conn)
+                .await?;
+            }
+            sqlx::query(
+                "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1",
+            )
+            .bind(run_id)
+            .execute(&mut *conn)
+            .await?;
+            let failing: Vec<&str> = last
+                .iter()
+                .filter(|m| m.result == "FAIL")
+                .map(|m| m.metric_name.as_str())
+                .collect();
+            if !failing.is_empty() {
+                let name = if stage == MetricStage::Staging {
+                    "STAGING_METRIC_FAILED"
+                } else {
+                    "TARGET_METRIC_FAILED"
+                };
+                Event::new(Level::Warn, name)
+                    .run(&run)
+                    .message(&failing.join(", "))
+                    .insert(conn)
+                    .await?;
+            }
+            Ok(MetricsRecorded {
+                recorded: items.len(),
+                fail_count: failing.len(),
+                run_status: status,
+            })
+        })
+    }
+
+    /// Judges the stored STAGING metrics (§4.11); never trusts a verdict from NiFi.
+    pub async fn stage_validated(&self, run_id: Uuid) -> LedgerResult<StageVerdict> {
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let status = run.status()?;
+            let verdict = |ok, run_status, reasons| StageVerdict {
+                stage_validated: ok,
+                run_status,
+                reasons,
+            };
+            match status {
+                RunStatus::StagingValidated => return Ok(verdict(true, status, vec![])),
+                RunStatus::StageValidating => {}
+                other => return Ok(verdict(false, other, vec![format!("RUN_STATUS {other}")])),
+            }
+            let reasons = judge_metrics(&stored_metrics(conn, run_id, "STAGING").await?);
+            if !reasons.is_empty() {
+                return Ok(verdict(false, status, reasons));
+            }
+            let staging_count = count_value(
+                latest_value(conn, run_id, "STAGING", "STAGE_COUNT")
+                    .await?
+                    .as_deref(),
+            );
+            transition_locked(
+                conn,
+                run_id,
+                status,
+                RunStatus::StagingValidated,
+                ErrorFields::Keep,
+            )
+            .await?;
+            sqlx::query("UPDATE nifi_ops.load_run SET staging_count = $2 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(staging_count)
+                .execute(&mut *conn)
+                .await?;
+            Event::new(Level::Info, "STAGE_VALIDATED")
+                .run(&run)
+                .rows(staging_count)
+                .insert(conn)
+                .await?;
+            Ok(verdict(true, RunStatus::StagingValidated, vec![]))
+        })
+    }
+
+    /// Judges the stored TARGET metrics and finishes the run (§4.14).
+    pub async fn succeed(
+        &self,
+        run_id: Uuid,
+        target_count: Option<i64>,
+    ) -> LedgerResult<SuccessVerdict> {
+        transaction!(self, |conn| async {
+            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let status = run.status()?;
+            let verdict = |ok, run_status, reasons| SuccessVerdict {
+                success: ok,
+                run_status,
+                reasons,
+            };
+            match status {
+                RunStatus::Success => return Ok(verdict(true, status, vec![])),
+                RunStatus::Published => {}
+                other => return Ok(verdict(false, other, vec![format!("RUN_STATUS {other}")])),
+            }
+            let reasons = judge_metrics(&stored_metrics(conn, run_id, "TARGET").await?);
+            if !reasons.is_empty() {
+                return Ok(verdict(false, status, reasons));
+            }
+            let count = match target_count {
+                Some(n) => Some(n),
+                None => count_value(
+                    latest_value(conn, run_id, "TARGET", "TARGET_COUNT")
+                        .await?
+                        .as_deref(),
+                ),
+            };
+            transition_locked(conn, run_id, status, RunStatus::Success, ErrorFields::Keep).await?;
+            sqlx::query("UPDATE nifi_ops.load_run SET target_count = $2 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(count)
+                .execute(&mut *conn)
+                .await?;
+            Event::new(Level::Info, "RUN_SUCCESS")
+                .run(&run)
+                .rows(count)
+                .insert(conn)
+                .await?;
+            Ok(verdict(true, RunStatus::Success, vec![]))
+        })
+    }
+
+    /// Stored metrics ordered SOURCE, STAGING, TARGET (others last), name, query version (§4.21).
+    pub async fn metrics(&self, run_id: Uuid) -> LedgerResult<Vec<MetricView>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let exists: Option<(i32,)> =
+            sqlx::query_as("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        exists.ok_or(LedgerError::RunNotFound)?;
+        let rows = sqlx::query_as(
+            "SELECT stage, metric_name, expected_value, actual_value, result, measured_at, query_version \
+               FROM nifi_ops.load_validation WHERE run_id = $1 \
+              ORDER BY CASE stage WHEN 'SOURCE' THEN 0 WHEN 'STAGING' THEN 1 WHEN 'TARGET' THEN 2 ELSE 3 END, \
+                       metric_name, query_version",
+        )
+        .bind(run_id)
+        .fetch_all(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(rows)
+    }
+}
+
+fn refused_start(status: RunStatus) -> StartOutcome {
+    StartOutcome {
+        started: false,
+        run_status: status,
+        job_key: None,
+        business_key: None,
+        snapshot_scn: None,
+        hdfs_run_path: None,
+        stage_table: None,
+        source_count: None,
+        extracted_count: None,
+        source_metrics: Map::new(),
+    }
+}
+
+fn started(run: &RunRow, metrics: Vec<(String, Option<String>)>) -> StartOutcome {
+    StartOutcome {
+        started: true,
+        run_status: RunStatus::StageValidating,
+        job_key: Some(run.job_key.clone()),
+        business_key: Some(run.business_key.clone()),
+        snapshot_scn: run.snapshot_scn.clone(),
+        hdfs_run_path: run.hdfs_run_path.clone(),
+        stage_table: run.stage_table_name.clone(),
+        source_count: run.source_count,
+        extracted_count: Some(run.extracted_count),
+        source_metrics: metrics
+            .into_iter()
+            .map(|(k, v)| (k, v.map(Value::String).unwrap_or(Value::Null)))
+            .collect(),
+    }
+}
