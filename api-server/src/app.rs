@@ -29,6 +29,7 @@ use uuid::Uuid;
 
 pub struct Inner {
     pub ledger: Ledger,
+    pub metrics: Arc<crate::metrics::Metrics>,
     pub auth: Authenticator,
     pub config: Config,
     limiter: Option<Arc<Semaphore>>,
@@ -44,8 +45,11 @@ impl AppState {
             .server
             .limit_concurrency
             .map(|n| Arc::new(Semaphore::new(n)));
+        let metrics = Arc::new(crate::metrics::Metrics::default());
+        let ledger = ledger.with_lock_wait_observer(metrics.clone());
         AppState(Arc::new(Inner {
             ledger,
+            metrics,
             auth,
             config,
             limiter,
@@ -336,6 +340,11 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     };
     drop(permit);
     res = finish(res, &request_id);
+    state.0.metrics.request(
+        &endpoint,
+        res.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     if !quiet && state.0.config.logging.access_log {
         let status = res.status().as_u16();
         let caller = slot.0.lock().expect("caller slot").clone();
@@ -384,6 +393,8 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi_json))
         .route("/v1/runs", post(create_run).get(list_runs))
         .route("/v1/runs/{run_id}", get(run_detail))
         .route("/v1/runs/{run_id}/manifest", post(register_manifest))
@@ -457,11 +468,30 @@ pub fn service(
     )
 }
 
-async fn healthz() -> Json<serde_json::Value> {
+#[utoipa::path(get, path = "/healthz", description = "Liveness (§4.23).", responses((status = 200, description = "OK")))]
+pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-async fn readyz(State(s): State<AppState>) -> Response {
+#[utoipa::path(get, path = "/openapi.json", description = "This document (§4.24).", responses((status = 200, description = "OK")))]
+pub async fn openapi_json(State(s): State<AppState>) -> Response {
+    Json(crate::openapi::document(&s.0.config.server.root_path)).into_response()
+}
+
+#[utoipa::path(get, path = "/metrics", description = "Prometheus text exposition (§9.1).", responses((status = 200, description = "OK")))]
+pub async fn metrics(State(s): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        s.0.metrics.render(),
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/readyz", description = "Readiness: the database answers within 2 s (§4.23).", responses((status = 200, description = "OK")))]
+pub async fn readyz(State(s): State<AppState>) -> Response {
     match tokio::time::timeout(Duration::from_secs(2), s.0.ledger.ping()).await {
         Ok(Ok(())) => Json(json!({"status": "ok"})).into_response(),
         outcome => {
@@ -481,7 +511,8 @@ async fn readyz(State(s): State<AppState>) -> Response {
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
 
-async fn create_run(
+#[utoipa::path(post, path = "/v1/runs", description = "Create a run (§4.1).", request_body = crate::openapi::CreateRunBody, responses((status = 200, body = ledger::CreatedRun), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn create_run(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -494,7 +525,8 @@ async fn create_run(
     ))
 }
 
-async fn list_runs(
+#[utoipa::path(get, path = "/v1/runs", description = "List runs, newest first (§4.4).", params(("jobKey" = Option<String>, Query), ("businessKey" = Option<String>, Query), ("status" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 500)), responses((status = 200, body = Vec<ledger::RunSummary>), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn list_runs(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
@@ -505,7 +537,8 @@ async fn list_runs(
     Ok(Json(s.0.ledger.list_runs(&filter).await?))
 }
 
-async fn run_detail(
+#[utoipa::path(get, path = "/v1/runs/{run_id}", description = "Run detail with partitions and dispatches (§4.5).", params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::RunDetail), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn run_detail(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
@@ -516,7 +549,8 @@ async fn run_detail(
     Ok(Json(s.0.ledger.run_detail(run_id).await?))
 }
 
-async fn register_manifest(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/manifest", description = "Register the manifest (§4.2).", request_body = crate::openapi::ManifestBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::ManifestOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn register_manifest(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -532,7 +566,8 @@ async fn register_manifest(
     ))
 }
 
-async fn fail_run(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/fail", description = "Non-partition stage failure (§4.3).", request_body = crate::openapi::RunFailBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::RunFailOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn fail_run(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -548,7 +583,8 @@ async fn fail_run(
     ))
 }
 
-async fn claim_partition(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/partitions/{partition_id}/claim", description = "Claim a partition (§4.6).", request_body = crate::openapi::ClaimBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")), responses((status = 200, body = ledger::ClaimOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn claim_partition(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -566,7 +602,8 @@ async fn claim_partition(
     ))
 }
 
-async fn report_chunk(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/partitions/{partition_id}/chunks", description = "Chunk report (§4.7).", request_body = crate::openapi::ChunkBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")), responses((status = 200, body = ledger::ChunkOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn report_chunk(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -577,10 +614,13 @@ async fn report_chunk(
     let report = input.with_body(requests::chunk);
     input.problems.check()?;
     let report = report.expect("validated")?;
-    Ok(Json(s.0.ledger.report_chunk(run_id, &pid, &report).await?))
+    let outcome = s.0.ledger.report_chunk(run_id, &pid, &report).await?;
+    s.0.metrics.chunk_report(outcome.result);
+    Ok(Json(outcome))
 }
 
-async fn fail_partition(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/partitions/{partition_id}/fail", description = "Final partition failure (§4.8).", request_body = crate::openapi::PartitionFailBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")), responses((status = 200, body = ledger::PartitionFailOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn fail_partition(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -597,7 +637,8 @@ async fn fail_partition(
     ))
 }
 
-async fn start_validation(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/validation/start", description = "Start stage validation; acknowledges the dispatch (§4.9).", request_body = crate::openapi::ValidationStartBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::StartOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn start_validation(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -614,7 +655,8 @@ async fn start_validation(
     ))
 }
 
-async fn store_metrics(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/validations", description = "Store STAGING or TARGET metrics (§4.10).", request_body = crate::openapi::MetricsBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::MetricsRecorded), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn store_metrics(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -631,18 +673,22 @@ async fn store_metrics(
     ))
 }
 
-async fn list_metrics(
+#[utoipa::path(get, path = "/v1/runs/{run_id}/validations", description = "Stored metrics (§4.21).", params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = crate::openapi::MetricList), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn list_metrics(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
-) -> ApiResult<serde_json::Value> {
+) -> ApiResult<crate::openapi::MetricList> {
     let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
     let run_id = input.run_id();
     input.problems.check()?;
-    Ok(Json(json!({"metrics": s.0.ledger.metrics(run_id).await?})))
+    Ok(Json(crate::openapi::MetricList {
+        metrics: s.0.ledger.metrics(run_id).await?,
+    }))
 }
 
-async fn stage_validated(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/stage-validated", description = "Judge the STAGING metrics (§4.11); no body.", params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::StageVerdict), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn stage_validated(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -653,7 +699,8 @@ async fn stage_validated(
     Ok(Json(s.0.ledger.stage_validated(run_id).await?))
 }
 
-async fn claim_publish(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/publish/claim", description = "Claim the publish (§4.12).", request_body = crate::openapi::PublishClaimBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::PublishClaim), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn claim_publish(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -669,7 +716,8 @@ async fn claim_publish(
     ))
 }
 
-async fn publish_result(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/publish/result", description = "Report the publish outcome (§4.13).", request_body = crate::openapi::PublishResultBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::StatusChange), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn publish_result(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -692,7 +740,8 @@ async fn publish_result(
     ))
 }
 
-async fn succeed(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/success", description = "Judge the TARGET metrics and finish (§4.14).", request_body = crate::openapi::SuccessBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::SuccessVerdict), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn succeed(
     State(s): State<AppState>,
     _c: NifiCaller,
     req: Request,
@@ -706,7 +755,8 @@ async fn succeed(
     ))
 }
 
-async fn resend_dispatch(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/dispatches/{dispatch_id}/resend", description = "Resend a DEAD or SENT dispatch (§4.15); no body.", params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("dispatch_id" = String, Path, description = "dispatch UUID")), responses((status = 200, body = ledger::ResendOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn resend_dispatch(
     State(s): State<AppState>,
     c: OperatorCaller,
     req: Request,
@@ -722,7 +772,8 @@ async fn resend_dispatch(
     ))
 }
 
-async fn resolve_publish_unknown(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/publish-unknown/resolve", description = "Resolve PUBLISH_UNKNOWN (§4.16).", request_body = crate::openapi::ResolveBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::StatusChange), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn resolve_publish_unknown(
     State(s): State<AppState>,
     c: OperatorCaller,
     req: Request,
@@ -739,7 +790,8 @@ async fn resolve_publish_unknown(
     ))
 }
 
-async fn cancel_run(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/cancel", description = "Cancel a run (§4.17).", request_body = crate::openapi::CancelBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::CancelOutcome), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn cancel_run(
     State(s): State<AppState>,
     c: OperatorCaller,
     req: Request,
@@ -755,21 +807,27 @@ async fn cancel_run(
     ))
 }
 
-async fn cleanup_candidates(
+#[utoipa::path(get, path = "/v1/cleanup/candidates", description = "Runs due for cleanup (§4.18).", params(("jobKey" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 500)), responses((status = 200, body = crate::openapi::CandidateList), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn cleanup_candidates(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
-) -> ApiResult<serde_json::Value> {
+) -> ApiResult<crate::openapi::CandidateList> {
     let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
     let job_key = requests::query_job_key(&input.query, &mut input.problems);
     let limit = requests::query_int(&input.query, "limit", 1, 500, 50, &mut input.problems);
     input.problems.check()?;
-    Ok(Json(
-        json!({"runs": s.0.ledger.cleanup_candidates(job_key.as_deref(), limit).await?}),
-    ))
+    Ok(Json(crate::openapi::CandidateList {
+        runs: s
+            .0
+            .ledger
+            .cleanup_candidates(job_key.as_deref(), limit)
+            .await?,
+    }))
 }
 
-async fn record_cleanup(
+#[utoipa::path(post, path = "/v1/runs/{run_id}/cleanup", description = "Record a cleanup (§4.19).", request_body = crate::openapi::CleanupBody, params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")), responses((status = 200, body = ledger::CleanupRecorded), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn record_cleanup(
     State(s): State<AppState>,
     c: ReadCaller,
     req: Request,
@@ -787,7 +845,8 @@ async fn record_cleanup(
     ))
 }
 
-async fn monitor_summary(
+#[utoipa::path(get, path = "/v1/monitor/summary", description = "Monitor summary (§4.20).", params(("alertLimit" = Option<i64>, Query, minimum = 1, maximum = 500)), responses((status = 200, body = ledger::MonitorSummary), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn monitor_summary(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
@@ -798,18 +857,19 @@ async fn monitor_summary(
     Ok(Json(s.0.ledger.monitor_summary(limit).await?))
 }
 
-async fn run_events(
+#[utoipa::path(get, path = "/v1/runs/{run_id}/events", description = "Event timeline, oldest first (§4.22).", params(("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000)), responses((status = 200, body = crate::openapi::EventList), (status = 401, body = crate::openapi::ErrorDoc), (status = 403, body = crate::openapi::ErrorDoc), (status = 404, body = crate::openapi::ErrorDoc), (status = 409, body = crate::openapi::ErrorDoc), (status = 413, body = crate::openapi::ErrorDoc), (status = 422, body = crate::openapi::ErrorDoc), (status = 503, body = crate::openapi::ErrorDoc)))]
+pub async fn run_events(
     State(s): State<AppState>,
     _c: ReadCaller,
     req: Request,
-) -> ApiResult<serde_json::Value> {
+) -> ApiResult<crate::openapi::EventList> {
     let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
     let run_id = input.run_id();
     let limit = requests::query_int(&input.query, "limit", 1, 1000, 200, &mut input.problems);
     input.problems.check()?;
-    Ok(Json(
-        json!({"events": s.0.ledger.run_events(run_id, limit).await?}),
-    ))
+    Ok(Json(crate::openapi::EventList {
+        events: s.0.ledger.run_events(run_id, limit).await?,
+    }))
 }
 
 #[cfg(test)]

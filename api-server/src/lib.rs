@@ -5,5 +5,7 @@ pub mod config;
 pub mod error;
 pub mod input;
 pub mod logging;
+pub mod metrics;
+pub mod openapi;
 pub mod requests;
 pub mod server;

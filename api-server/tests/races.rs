@@ -348,3 +348,208 @@ async fn a_stale_owner_is_refused_after_a_reset_and_writes_nothing() {
     );
     assert_eq!(api.run_status(run).await, "EXTRACTING");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_validation_starts_with_one_dispatch_start_once() {
+    let api = Api::start().await;
+    for round in 0..4 {
+        let (run, dispatch) = api.validated_run(&format!("V{round}")).await;
+        let call = (
+            format!("/v1/runs/{run}/validation/start"),
+            json!({"dispatchId": dispatch, "node": "n"}),
+        );
+        let replies = all_at_once(&api, vec![call; 8]).await;
+        assert!(replies.iter().all(|r| r.status == 200));
+        assert_eq!(
+            replies.iter().filter(|r| r.body["started"] == true).count(),
+            1
+        );
+        assert_eq!(api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND status = 'ACKED'", run).await, 1);
+        assert_eq!(
+            api.events(run)
+                .await
+                .iter()
+                .filter(|e| *e == "STAGE_VALIDATION_STARTED")
+                .count(),
+            1
+        );
+        assert_eq!(api.run_status(run).await, "STAGE_VALIDATING");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn eight_publish_claims_have_one_owner() {
+    let api = Api::start().await;
+    for round in 0..4 {
+        let run = api.stage_validated_run(&format!("P{round}")).await;
+        let tokens: Vec<Uuid> = (0..8).map(|_| Uuid::new_v4()).collect();
+        let calls = tokens
+            .iter()
+            .map(|t| {
+                (
+                    format!("/v1/runs/{run}/publish/claim"),
+                    json!({"publishToken": t}),
+                )
+            })
+            .collect();
+        let replies = all_at_once(&api, calls).await;
+        let winners: Vec<usize> = (0..8)
+            .filter(|&i| replies[i].body["claimed"] == true)
+            .collect();
+        assert_eq!(winners.len(), 1);
+        let (stored,): (Uuid,) =
+            sqlx::query_as("SELECT publish_token FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run)
+                .fetch_one(&mut api.conn().await)
+                .await
+                .unwrap();
+        assert_eq!(stored, tokens[winners[0]]);
+        let loser = tokens[(winners[0] + 1) % 8];
+        let r = api
+            .post(
+                &format!("/v1/runs/{run}/publish/result"),
+                json!({"publishToken": loser, "outcome": "PUBLISHED"}),
+            )
+            .await;
+        assert_eq!(r.body["code"], "PUBLISH_TOKEN_MISMATCH");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_resolutions_change_the_run_once() {
+    let api = Api::start().await;
+    for round in 0..4 {
+        let (run, token) = api.publishing_run(&format!("U{round}")).await;
+        api.post(
+            &format!("/v1/runs/{run}/publish/result"),
+            json!({"publishToken": token, "outcome": "PUBLISH_UNKNOWN"}),
+        )
+        .await;
+        let path = format!("/v1/runs/{run}/publish-unknown/resolve");
+        let barrier = Arc::new(Barrier::new(8));
+        let tasks: Vec<_> = (0..8)
+            .map(|i| {
+                let (barrier, url) = (barrier.clone(), format!("{}{path}", api.base));
+                let resolution = if i % 2 == 0 {
+                    "PUBLISHED"
+                } else {
+                    "FAILED_PUBLISH"
+                };
+                tokio::spawn(async move {
+                    let client = reqwest::Client::new();
+                    barrier.wait().await;
+                    let res = client
+                        .post(url)
+                        .bearer_auth(OPERATOR)
+                        .json(&json!({"resolution": resolution, "reason": "checked by hand"}))
+                        .send()
+                        .await
+                        .unwrap();
+                    (res.status().as_u16(), res.json::<Value>().await.unwrap())
+                })
+            })
+            .collect();
+        let mut changed = 0;
+        for t in tasks {
+            let (status, body) = t.await.unwrap();
+            if status == 200 && body["changed"] == true {
+                changed += 1;
+            } else {
+                assert!(status == 409 || body["changed"] == false, "{status} {body}");
+            }
+        }
+        assert_eq!(changed, 1);
+        assert_eq!(
+            api.events(run)
+                .await
+                .iter()
+                .filter(|e| *e == "PUBLISH_UNKNOWN_RESOLVED")
+                .count(),
+            1
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn cancel_racing_the_last_chunks_ends_in_one_consistent_state() {
+    let api = Api::start().await;
+    let (mut cancelled, mut completed) = (0, 0);
+    for round in 0..8 {
+        let run = api
+            .extracting_run("JOB", &format!("X{round}"), &[2, 2, 2, 2])
+            .await;
+        let tokens: Vec<Uuid> = (0..4).map(|_| Uuid::new_v4()).collect();
+        for (i, t) in tokens.iter().enumerate() {
+            api.claim(run, &pid(i), *t).await;
+        }
+        let barrier = Arc::new(Barrier::new(5));
+        let mut tasks = Vec::new();
+        for (i, t) in tokens.iter().enumerate() {
+            let (barrier, url, body) = (
+                barrier.clone(),
+                format!("{}/v1/runs/{run}/partitions/{}/chunks", api.base, pid(i)),
+                chunk_body(run, &pid(i), *t, 0, 1, 2),
+            );
+            tasks.push(tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                barrier.wait().await;
+                client
+                    .post(url)
+                    .bearer_auth(NIFI)
+                    .json(&body)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }));
+        }
+        let cancel = {
+            let (barrier, url) = (
+                barrier.clone(),
+                format!("{}/v1/runs/{run}/cancel", api.base),
+            );
+            tokio::spawn(async move {
+                let client = reqwest::Client::new();
+                barrier.wait().await;
+                client
+                    .post(url)
+                    .bearer_auth(OPERATOR)
+                    .json(&json!({"reason": "operator stop"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            })
+        };
+        for t in tasks {
+            assert_eq!(t.await.unwrap(), 200);
+        }
+        assert_eq!(
+            cancel.await.unwrap(),
+            200,
+            "cancel is allowed before and after completion"
+        );
+        assert_eq!(api.run_status(run).await, "CANCELLED");
+        let unfinished = api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status IN ('PENDING','RUNNING','RETRY')", run).await;
+        let live = api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND status IN ('PENDING','SENT')", run).await;
+        assert_eq!(
+            (unfinished, live),
+            (0, 0),
+            "nothing left running after a cancel"
+        );
+        let validate = api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'", run).await;
+        if validate == 1 {
+            completed += 1;
+            let dead = api.count("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND status = 'DEAD' AND last_error = 'run cancelled'", run).await;
+            assert_eq!(
+                dead, 1,
+                "the completion's VALIDATE_RUN row was settled by the cancel"
+            );
+        } else {
+            cancelled += 1;
+        }
+    }
+    eprintln!("cancel first {cancelled} times, completion first {completed} times");
+}

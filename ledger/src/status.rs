@@ -6,6 +6,7 @@ macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name { $(#[serde(rename = $text)] $variant),+ }
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];

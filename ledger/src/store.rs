@@ -166,6 +166,22 @@ impl RunRow {
 }
 
 impl Ledger {
+    /// `lock_run` for partition calls (claims, chunk reports, partition failures), whose wait is
+    /// `lca_run_lock_wait_seconds`.
+    pub(crate) async fn lock_run_timed(
+        &self,
+        conn: &mut PgConnection,
+        run_id: Uuid,
+        mode: RunLock,
+    ) -> LedgerResult<RunRow> {
+        let started = Instant::now();
+        let row = self.lock_run(conn, run_id, mode).await;
+        if let Some(o) = &self.lock_wait {
+            o.observe(started.elapsed().as_secs_f64());
+        }
+        row
+    }
+
     /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.
     pub(crate) async fn lock_run(
         &self,
@@ -173,7 +189,6 @@ impl Ledger {
         run_id: Uuid,
         mode: RunLock,
     ) -> LedgerResult<RunRow> {
-        let started = Instant::now();
         let (k1, k2) = run_lock_key(run_id);
         let (advisory, row_lock) = match mode {
             RunLock::Shared => (
@@ -193,9 +208,6 @@ impl Ledger {
         .bind(run_id)
         .fetch_optional(&mut *conn)
         .await?;
-        if let Some(o) = &self.lock_wait {
-            o.observe(started.elapsed().as_secs_f64());
-        }
         row.ok_or(LedgerError::RunNotFound)
     }
 }

@@ -132,7 +132,7 @@ async fn serialization_failures_and_deadlocks_rerun_the_whole_transaction_once()
                 4,
                 LedgerConfig {
                     tx_attempts: 3,
-                    require_registered: false,
+                    ..Default::default()
                 },
             )
             .await;

@@ -27,6 +27,7 @@ pub struct ChunkReport {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ChunkOutcome {
     pub recorded: bool,
@@ -128,7 +129,7 @@ impl Ledger {
         r: &ChunkReport,
         mode: RunLock,
     ) -> LedgerResult<ChunkOutcome> {
-        let run = self.lock_run(conn, run_id, mode).await?;
+        let run = self.lock_run_timed(conn, run_id, mode).await?;
         let part = lock_partition(conn, run_id, pid).await?;
         if part.claim_token != Some(r.claim_token) {
             return Err(LedgerError::ClaimMismatch);

@@ -9,6 +9,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimOutcome {
     pub claimed: bool,
@@ -57,7 +58,7 @@ impl Ledger {
         worker: &str,
     ) -> LedgerResult<ClaimOutcome> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Shared).await?;
+            let run = self.lock_run_timed(conn, run_id, RunLock::Shared).await?;
             let part = lock_partition(conn, run_id, pid).await?;
             let run_status = run.status()?;
             let status = part.status()?;

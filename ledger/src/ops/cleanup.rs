@@ -34,6 +34,7 @@ macro_rules! bind_thresholds {
 pub(crate) use bind_thresholds;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CleanupCandidate {
     pub run_id: Uuid,
@@ -48,6 +49,7 @@ pub struct CleanupCandidate {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CleanupRecorded {
     pub run_status: RunStatus,

@@ -18,6 +18,7 @@ pub struct NewRun {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CreatedRun {
     pub run_id: Uuid,

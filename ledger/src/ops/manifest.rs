@@ -13,6 +13,7 @@ use std::collections::BTreeSet;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DispatchPartition {
     pub partition_id: String,
@@ -24,6 +25,7 @@ pub struct DispatchPartition {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ManifestOutcome {
     pub run_id: Uuid,

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct Alert {
     pub kind: String,
@@ -26,6 +27,7 @@ pub struct Alert {
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MonitorSummary {
     #[serde(serialize_with = "ts")]
@@ -39,6 +41,7 @@ pub struct MonitorSummary {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct EventView {
     #[serde(serialize_with = "ts")]
@@ -49,6 +52,7 @@ pub struct EventView {
     pub process_group: Option<String>,
     pub error_code: Option<String>,
     pub message: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub details: sqlx::types::Json<Value>,
 }
 

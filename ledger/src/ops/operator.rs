@@ -9,6 +9,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct CancelOutcome {
     pub run_id: Uuid,
@@ -17,6 +18,7 @@ pub struct CancelOutcome {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct ResendOutcome {
     pub dispatch_id: Uuid,

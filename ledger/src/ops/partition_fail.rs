@@ -22,6 +22,7 @@ pub struct PartitionFailure {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionFailOutcome {
     pub partition_status: PartitionStatus,
@@ -37,7 +38,9 @@ impl Ledger {
         f: &PartitionFailure,
     ) -> LedgerResult<PartitionFailOutcome> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self
+                .lock_run_timed(conn, run_id, RunLock::Exclusive)
+                .await?;
             let part = lock_partition(conn, run_id, pid).await?;
             if part.claim_token != Some(f.claim_token) {
                 return Err(LedgerError::ClaimMismatch);

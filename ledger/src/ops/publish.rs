@@ -10,6 +10,7 @@ use serde_json::json;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PublishClaim {
     pub claimed: bool,
@@ -17,6 +18,7 @@ pub struct PublishClaim {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StatusChange {
     pub run_status: RunStatus,

@@ -18,6 +18,7 @@ pub struct RunFilter {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunSummary {
     pub run_id: Uuid,
@@ -41,6 +42,7 @@ pub struct RunSummary {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct PartitionView {
     pub partition_id: String,
@@ -54,6 +56,7 @@ pub struct PartitionView {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct DispatchView {
     pub dispatch_id: Uuid,
@@ -68,6 +71,7 @@ pub struct DispatchView {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunDetail {
     pub run_id: Uuid,

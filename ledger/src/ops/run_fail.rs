@@ -19,6 +19,7 @@ pub struct RunFailure {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct RunFailOutcome {
     pub run_id: Uuid,

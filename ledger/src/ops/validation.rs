@@ -12,6 +12,7 @@ use serde_json::{Map, Value, json};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StartOutcome {
     pub started: bool,
@@ -23,6 +24,7 @@ pub struct StartOutcome {
     pub stage_table: Option<String>,
     pub source_count: Option<i64>,
     pub extracted_count: Option<i64>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub source_metrics: Map<String, Value>,
 }
 
@@ -60,6 +62,7 @@ pub struct MetricItem {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MetricsRecorded {
     pub recorded: usize,
@@ -68,6 +71,7 @@ pub struct MetricsRecorded {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct StageVerdict {
     pub stage_validated: bool,
@@ -76,6 +80,7 @@ pub struct StageVerdict {
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct SuccessVerdict {
     pub success: bool,
@@ -84,6 +89,7 @@ pub struct SuccessVerdict {
 }
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "camelCase")]
 pub struct MetricView {
     pub stage: String,

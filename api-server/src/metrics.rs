@@ -1,0 +1,110 @@
+//! The api-server's Prometheus series (CONTRACT §9.1), served at `/metrics`.
+use ledger::LockWaitObserver;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{
+    Histogram, exponential_buckets, exponential_buckets_range,
+};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    endpoint: String,
+    status: u16,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabel {
+    endpoint: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabel {
+    result: &'static str,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    request_seconds: Family<EndpointLabel, Histogram>,
+    chunk_reports: Family<ResultLabel, Counter>,
+    run_lock_wait: Histogram,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let request_seconds = Family::<EndpointLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.001, 2.0, 15))
+        });
+        let chunk_reports = Family::<ResultLabel, Counter>::default();
+        let run_lock_wait = Histogram::new(exponential_buckets_range(0.001, 5.0, 12));
+        registry.register(
+            "lca_requests",
+            "HTTP requests by route template and status",
+            requests.clone(),
+        );
+        registry.register(
+            "lca_request_seconds",
+            "HTTP request latency by route template",
+            request_seconds.clone(),
+        );
+        registry.register(
+            "lca_chunk_reports",
+            "Accepted chunk reports by outcome",
+            chunk_reports.clone(),
+        );
+        registry.register(
+            "lca_run_lock_wait_seconds",
+            "Time partition calls spent acquiring the run row lock",
+            run_lock_wait.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            request_seconds,
+            chunk_reports,
+            run_lock_wait,
+        }
+    }
+}
+
+impl Metrics {
+    pub fn request(&self, endpoint: &str, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint: endpoint.to_string(),
+                status,
+            })
+            .inc();
+        self.request_seconds
+            .get_or_create(&EndpointLabel {
+                endpoint: endpoint.to_string(),
+            })
+            .observe(seconds);
+    }
+
+    pub fn chunk_report(&self, result: ledger::ChunkResult) {
+        self.chunk_reports
+            .get_or_create(&ResultLabel {
+                result: result.as_str(),
+            })
+            .inc();
+    }
+
+    /// Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
+
+impl LockWaitObserver for Metrics {
+    fn observe(&self, seconds: f64) {
+        self.run_lock_wait.observe(seconds);
+    }
+}
