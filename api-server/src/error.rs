@@ -186,7 +186,7 @@ impl From<LedgerError> for ApiError {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
                     .with_message("database error, retry later")
             }
-            e @ (L::Escalate | L::Corrupt(_)) => {
+            e @ (L::Escalate | L::Corrupt(_) | L::Fenced { .. }) => {
                 tracing::error!(event = "internal_error", error = %e, "internal error");
                 ApiError::internal()
             }

@@ -1,11 +1,10 @@
 //! The load-control HTTP API (CONTRACT §3–§4): NiFi- and operator-facing endpoints over the ledger.
 pub mod app;
 pub mod auth;
-pub mod config;
 pub mod error;
 pub mod input;
-pub mod logging;
 pub mod metrics;
 pub mod openapi;
 pub mod requests;
 pub mod server;
+pub use lcconfig::{config, logging};

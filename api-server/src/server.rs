@@ -1,30 +1,16 @@
 //! Running the API: database pool, listener, graceful shutdown.
 use crate::app::{AppState, service};
 use crate::config::Config;
-use ledger::{Ledger, LedgerConfig};
+use ledger::Ledger;
 use std::time::Duration;
 use tokio::net::TcpListener;
-
-pub fn ledger_config(c: &Config) -> LedgerConfig {
-    LedgerConfig {
-        tx_attempts: c.database.tx_attempts.max(1),
-        require_registered: c.jobs.require_registered,
-        thresholds: ledger::settings::Thresholds {
-            success_retention: c.cleanup.success_retention.0,
-            failed_retention: c.cleanup.failed_retention.0,
-            stale: c.recovery.stale.0,
-            validation_stale: c.recovery.validation_stale.0,
-        },
-        cleanup_max_batch: c.cleanup.max_batch as i64,
-    }
-}
 
 pub async fn connect_ledger(c: &Config) -> anyhow::Result<Ledger> {
     Ok(Ledger::connect(
         &c.database_url(),
         c.database.pool_size,
         c.database.max_overflow,
-        ledger_config(c),
+        c.ledger_config(),
     )
     .await?)
 }

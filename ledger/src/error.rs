@@ -57,6 +57,9 @@ pub enum LedgerError {
     ReferenceNotFound { constraint: Option<String> },
     #[error("constraint violated ({constraint:?})")]
     ConstraintViolation { constraint: Option<String> },
+    /// This process's leadership epoch is no longer the current one: it wrote nothing (§7.1).
+    #[error("fenced: epoch {ours} is not the current epoch {current:?}")]
+    Fenced { ours: i64, current: Option<i64> },
     /// A chunk report's verdict ends the run: roll back and re-run under the run row's FOR UPDATE
     /// (§5.3 rule 6). Never leaves the ledger.
     #[error("escalate to an exclusive run lock")]

@@ -36,6 +36,7 @@ pub struct Actor {
 pub(crate) struct Event {
     level: Level,
     name: &'static str,
+    processor_name: Option<&'static str>,
     run_id: Option<Uuid>,
     job_key: Option<String>,
     business_key: Option<String>,
@@ -53,6 +54,7 @@ impl Event {
         Event {
             level,
             name,
+            processor_name: None,
             run_id: None,
             job_key: None,
             business_key: None,
@@ -67,15 +69,35 @@ impl Event {
     }
 
     /// Run id, job key and business key of the run (the usual case, §8).
-    pub fn run(mut self, run: &RunRow) -> Self {
-        self.run_id = Some(run.run_id);
-        self.job_key = Some(run.job_key.clone());
-        self.business_key = Some(run.business_key.clone());
+    pub fn run(self, run: &RunRow) -> Self {
+        self.run_keys(run.run_id, &run.job_key, &run.business_key)
+    }
+
+    pub fn run_keys(mut self, run_id: Uuid, job_key: &str, business_key: &str) -> Self {
+        self.run_id = Some(run_id);
+        self.job_key = Some(job_key.to_string());
+        self.business_key = Some(business_key.to_string());
+        self
+    }
+
+    /// Run id only (dispatch events carry no job or business key, §6.5).
+    pub fn run_only(mut self, run_id: Uuid) -> Self {
+        self.run_id = Some(run_id);
+        self
+    }
+
+    pub fn processor(mut self, name: &'static str) -> Self {
+        self.processor_name = Some(name);
         self
     }
 
     pub fn partition(mut self, pid: &str) -> Self {
         self.partition_id = Some(pid.to_string());
+        self
+    }
+
+    pub fn partition_opt(mut self, pid: Option<&str>) -> Self {
+        self.partition_id = pid.map(str::to_string);
         self
     }
 
@@ -124,7 +146,10 @@ impl Event {
     }
 
     pub async fn insert(self, conn: &mut PgConnection) -> LedgerResult<()> {
-        let processor = self.name.to_lowercase();
+        let processor = self
+            .processor_name
+            .map(str::to_string)
+            .unwrap_or_else(|| self.name.to_lowercase());
         sqlx::query(
             "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key, \
                partition_id, process_group, processor_name, attempt_no, row_count, error_class, error_code, message, details) \

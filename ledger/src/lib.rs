@@ -23,6 +23,8 @@ pub use ops::chunk::{ChunkOutcome, ChunkReport, ChunkResult};
 pub use ops::claim::ClaimOutcome;
 pub use ops::cleanup::{CleanupCandidate, CleanupRecorded};
 pub use ops::create::{CreatedRun, NewRun};
+pub use ops::dispatch::{DispatchRequest, LeasedDispatch, Recorded, SendOutcome};
+pub use ops::leader::{Fence, LEADER_NAME};
 pub use ops::manifest::{DispatchPartition, ManifestOutcome};
 pub use ops::monitor::{Alert, EventView, MonitorSummary};
 pub use ops::operator::{CancelOutcome, ResendOutcome};
@@ -30,6 +32,7 @@ pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
 pub use ops::publish::{PublishClaim, StatusChange};
 pub use ops::read::{RunDetail, RunFilter, RunSummary};
 pub use ops::run_fail::{RunFailOutcome, RunFailure};
+pub use ops::sweeper::SweepReport;
 pub use ops::validation::{
     MetricItem, MetricStage, MetricView, MetricsRecorded, StageVerdict, StartOutcome,
     SuccessVerdict,

@@ -76,63 +76,170 @@ fn duration_value(v: &Value) -> Option<Duration> {
         Value::String(s) => parse_duration(s),
         Value::Number(n) => n
             .as_f64()
-            .filter(|f| *f >= 0.0)
+            .filter(|f| *f >= 0.0 && f.is_finite())
             .map(Duration::from_secs_f64),
         _ => None,
     }
 }
 
-/// The global values the ledger applies per job (§10.2), overridable by `load_job.settings`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveryMode {
+    Fail,
+    Reissue,
+}
+
+/// Every value a job may override (the keys marked "job" in CONTRACT §10.2), effective for one
+/// job: its `load_job.settings` over the global configuration.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Thresholds {
     pub success_retention: Duration,
     pub failed_retention: Duration,
+    pub event_retention: Duration,
     pub stale: Duration,
+    pub extract_query_timeout: Duration,
+    pub run_timeout: Duration,
     pub validation_stale: Duration,
+    pub publish_stale: Duration,
+    pub recovery_mode: RecoveryMode,
+    pub recovery_max_attempts: i32,
+    pub dispatch_max_attempts: i32,
+    pub backoff_min: Duration,
+    pub backoff_max: Duration,
+    pub ack_timeout: Duration,
+    pub receiver_url: Option<String>,
+    pub timeout_seconds: f64,
 }
 
 impl Default for Thresholds {
     fn default() -> Self {
+        let h = |n: u64| Duration::from_secs(n * 3600);
         Thresholds {
-            success_retention: Duration::from_secs(3 * 86400),
-            failed_retention: Duration::from_secs(14 * 86400),
+            success_retention: h(72),
+            failed_retention: h(14 * 24),
+            event_retention: h(90 * 24),
             stale: Duration::from_secs(90 * 60),
-            validation_stale: Duration::from_secs(2 * 3600),
+            extract_query_timeout: h(1),
+            run_timeout: h(6),
+            validation_stale: h(2),
+            publish_stale: h(2),
+            recovery_mode: RecoveryMode::Fail,
+            recovery_max_attempts: 3,
+            dispatch_max_attempts: 20,
+            backoff_min: Duration::from_secs(5),
+            backoff_max: Duration::from_secs(300),
+            ack_timeout: Duration::from_secs(600),
+            receiver_url: None,
+            timeout_seconds: 10.0,
         }
     }
 }
 
-/// The effective thresholds of a job: its settings over the globals. An invalid settings object is
-/// ignored as a whole (`Err` says why, for the `job_settings_invalid` log).
-pub fn effective(global: &Thresholds, settings: &Value) -> Result<Thresholds, String> {
+const JOB_KEYS: &[(&str, &[&str])] = &[
+    ("nifi", &["receiver_url", "timeout_seconds"]),
+    (
+        "recovery",
+        &[
+            "run_timeout",
+            "extract_query_timeout",
+            "stale",
+            "mode",
+            "max_attempts",
+            "validation_stale",
+            "publish_stale",
+        ],
+    ),
+    (
+        "dispatch",
+        &["max_attempts", "backoff_min", "backoff_max", "ack_timeout"],
+    ),
+    (
+        "cleanup",
+        &["success_retention", "failed_retention", "event_retention"],
+    ),
+];
+
+/// The effective values of a job: `settings` over `global`. Anything invalid — an unknown key, a
+/// bad value, or an invalid combination (§10.4) — rejects the object as a whole (`Err` says why,
+/// for the LoadJob's condition or the `job_settings_invalid` log). `lease` is the global
+/// `dispatch.lease`, which a job's `nifi.timeout_seconds` must stay below.
+pub fn effective(
+    global: &Thresholds,
+    settings: &Value,
+    lease: Duration,
+) -> Result<Thresholds, String> {
     let Some(obj) = settings.as_object() else {
-        return Err("settings is not an object".into());
+        return Err("settings must be an object".into());
     };
-    let mut t = *global;
-    let get = |section: &str, key: &str| -> Result<Option<Duration>, String> {
-        match obj.get(section).and_then(|s| s.get(key)) {
-            None | Some(Value::Null) => Ok(None),
-            Some(v) => duration_value(v)
-                .map(Some)
-                .ok_or_else(|| format!("{section}.{key} is not a duration")),
+    let mut t = global.clone();
+    for (section, values) in obj {
+        let keys = JOB_KEYS
+            .iter()
+            .find(|(s, _)| s == section)
+            .map(|(_, k)| *k)
+            .ok_or_else(|| format!("unknown section {section}"))?;
+        let Some(values) = values.as_object() else {
+            return Err(format!("{section} must be an object"));
+        };
+        for (key, v) in values {
+            if !keys.contains(&key.as_str()) {
+                return Err(format!("{section}.{key} is not a job setting"));
+            }
+            let name = format!("{section}.{key}");
+            let dur = || duration_value(v).ok_or_else(|| format!("{name} is not a duration"));
+            let count = || {
+                v.as_i64()
+                    .filter(|n| *n >= 1 && *n <= i32::MAX as i64)
+                    .map(|n| n as i32)
+                    .ok_or_else(|| format!("{name} must be an integer >= 1"))
+            };
+            match (section.as_str(), key.as_str()) {
+                ("nifi", "receiver_url") => {
+                    let url = v
+                        .as_str()
+                        .filter(|u| u.starts_with("http://") || u.starts_with("https://"));
+                    t.receiver_url = Some(
+                        url.ok_or_else(|| format!("{name} must be an http(s) URL"))?
+                            .to_string(),
+                    );
+                }
+                ("nifi", "timeout_seconds") => {
+                    t.timeout_seconds = v
+                        .as_f64()
+                        .filter(|f| *f > 0.0)
+                        .ok_or_else(|| format!("{name} must be a positive number"))?
+                }
+                ("recovery", "run_timeout") => t.run_timeout = dur()?,
+                ("recovery", "extract_query_timeout") => t.extract_query_timeout = dur()?,
+                ("recovery", "stale") => t.stale = dur()?,
+                ("recovery", "validation_stale") => t.validation_stale = dur()?,
+                ("recovery", "publish_stale") => t.publish_stale = dur()?,
+                ("recovery", "mode") => {
+                    t.recovery_mode = match v.as_str() {
+                        Some("FAIL") => RecoveryMode::Fail,
+                        Some("REISSUE") => RecoveryMode::Reissue,
+                        _ => return Err(format!("{name} must be FAIL or REISSUE")),
+                    }
+                }
+                ("recovery", "max_attempts") => t.recovery_max_attempts = count()?,
+                ("dispatch", "max_attempts") => t.dispatch_max_attempts = count()?,
+                ("dispatch", "backoff_min") => t.backoff_min = dur()?,
+                ("dispatch", "backoff_max") => t.backoff_max = dur()?,
+                ("dispatch", "ack_timeout") => t.ack_timeout = dur()?,
+                ("cleanup", "success_retention") => t.success_retention = dur()?,
+                ("cleanup", "failed_retention") => t.failed_retention = dur()?,
+                ("cleanup", "event_retention") => t.event_retention = dur()?,
+                _ => unreachable!("JOB_KEYS lists exactly the keys matched above"),
+            }
         }
-    };
-    if let Some(d) = get("cleanup", "success_retention")? {
-        t.success_retention = d;
     }
-    if let Some(d) = get("cleanup", "failed_retention")? {
-        t.failed_retention = d;
-    }
-    if let Some(d) = get("recovery", "stale")? {
-        t.stale = d;
-    }
-    if let Some(d) = get("recovery", "validation_stale")? {
-        t.validation_stale = d;
-    }
-    let extract_timeout =
-        get("recovery", "extract_query_timeout")?.unwrap_or(Duration::from_secs(3600));
-    if t.stale <= extract_timeout {
+    if t.stale <= t.extract_query_timeout {
         return Err("recovery.stale must exceed recovery.extract_query_timeout".into());
+    }
+    if t.timeout_seconds >= lease.as_secs_f64() {
+        return Err("nifi.timeout_seconds must stay below dispatch.lease".into());
+    }
+    if t.backoff_min > t.backoff_max {
+        return Err("dispatch.backoff_min must not exceed dispatch.backoff_max".into());
     }
     Ok(t)
 }

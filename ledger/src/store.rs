@@ -18,6 +18,8 @@ pub struct LedgerConfig {
     pub thresholds: crate::settings::Thresholds,
     /// `cleanup.max_batch`: cap of cleanup candidates and of the monitor's `cleanupDue`.
     pub cleanup_max_batch: i64,
+    /// `dispatch.lease`: a leased outbox row is taken again after this long (§6.3).
+    pub dispatch_lease: std::time::Duration,
 }
 
 impl Default for LedgerConfig {
@@ -27,6 +29,7 @@ impl Default for LedgerConfig {
             require_registered: false,
             thresholds: Default::default(),
             cleanup_max_batch: 200,
+            dispatch_lease: std::time::Duration::from_secs(60),
         }
     }
 }
@@ -73,6 +76,10 @@ impl Ledger {
             .connect_with(opts)
             .await?;
         Ok(Ledger::new(pool, config))
+    }
+
+    pub fn config(&self) -> &LedgerConfig {
+        &self.config
     }
 
     pub fn pool(&self) -> &PgPool {
@@ -182,6 +189,32 @@ impl Ledger {
         row
     }
 
+    /// The sweeper's lock (§3.10): never waits for a run an API request holds; `None` when busy
+    /// (or missing, or no longer in `status`).
+    pub(crate) async fn try_lock_run(
+        &self,
+        conn: &mut PgConnection,
+        run_id: Uuid,
+        status: &str,
+    ) -> LedgerResult<Option<RunRow>> {
+        let (k1, k2) = run_lock_key(run_id);
+        let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_xact_lock($1, $2)")
+            .bind(k1)
+            .bind(k2)
+            .fetch_one(&mut *conn)
+            .await?;
+        if !got {
+            return Ok(None);
+        }
+        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 AND status = $2 FOR UPDATE SKIP LOCKED"
+        )))
+        .bind(run_id)
+        .bind(status)
+        .fetch_optional(&mut *conn)
+        .await?)
+    }
+
     /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.
     pub(crate) async fn lock_run(
         &self,
@@ -245,15 +278,27 @@ pub(crate) async fn touch_run_heartbeat(conn: &mut PgConnection, run_id: Uuid) -
     Ok(())
 }
 
-/// Per-job thresholds as parallel arrays for `unnest(...)` in SQL: job keys, success retention,
-/// failed retention, stale and validation-stale seconds. Jobs without valid overrides are absent
-/// (the global values apply to them).
+/// The effective settings of every job with a valid override, plus the same as parallel arrays for
+/// `unnest(...)` in SQL (job keys; success, failed retention; stale, validation-stale seconds).
+/// Jobs without one are absent: the global values apply to them.
 pub(crate) struct JobThresholds {
+    pub by_job: std::collections::HashMap<String, crate::settings::Thresholds>,
     pub jobs: Vec<String>,
     pub success: Vec<f64>,
     pub failed: Vec<f64>,
     pub stale: Vec<f64>,
     pub validation_stale: Vec<f64>,
+}
+
+impl JobThresholds {
+    /// The effective settings of `job`.
+    pub fn of<'a>(
+        &'a self,
+        job: &str,
+        global: &'a crate::settings::Thresholds,
+    ) -> &'a crate::settings::Thresholds {
+        self.by_job.get(job).unwrap_or(global)
+    }
 }
 
 impl Ledger {
@@ -268,6 +313,7 @@ impl Ledger {
         .fetch_all(&mut *conn)
         .await?;
         let mut t = JobThresholds {
+            by_job: Default::default(),
             jobs: vec![],
             success: vec![],
             failed: vec![],
@@ -275,13 +321,18 @@ impl Ledger {
             validation_stale: vec![],
         };
         for (job, settings) in rows {
-            match crate::settings::effective(&self.config.thresholds, &settings.0) {
+            match crate::settings::effective(
+                &self.config.thresholds,
+                &settings.0,
+                self.config.dispatch_lease,
+            ) {
                 Ok(e) => {
-                    t.jobs.push(job);
+                    t.jobs.push(job.clone());
                     t.success.push(e.success_retention.as_secs_f64());
                     t.failed.push(e.failed_retention.as_secs_f64());
                     t.stale.push(e.stale.as_secs_f64());
                     t.validation_stale.push(e.validation_stale.as_secs_f64());
+                    t.by_job.insert(job, e);
                 }
                 Err(why) => {
                     tracing::warn!(event = "job_settings_invalid", job_key = %job, reason = %why, "job settings ignored")

@@ -65,7 +65,7 @@ impl Ledger {
         let limit = limit.min(self.config.cleanup_max_batch);
         let mut conn = self.pool.acquire().await?;
         let t: JobThresholds = self.job_thresholds(&mut conn).await?;
-        let g = self.config.thresholds;
+        let g = &self.config.thresholds;
         let sql = format!(
             "{JOB_CTE} SELECT r.run_id, r.job_key, r.business_key, r.status, r.hdfs_run_path, r.stage_table_name AS stage_table, \
                     COALESCE(r.completed_at, r.heartbeat_at) AS completed_at \
@@ -94,7 +94,7 @@ impl Ledger {
             let t = self.job_thresholds(conn).await?;
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
-            let g = self.config.thresholds;
+            let g = &self.config.thresholds;
             let sql = format!(
                 "{JOB_CTE} SELECT r.cleaned_at IS NOT NULL, {DUE} FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key \
                   WHERE r.run_id = $8"

@@ -65,7 +65,7 @@ impl Ledger {
             .execute(&mut *tx)
             .await?;
         let t = self.job_thresholds(&mut tx).await?;
-        let g = self.config.thresholds;
+        let g = &self.config.thresholds;
         let (server_time,): (DateTime<Utc>,) = sqlx::query_as("SELECT clock_timestamp()")
             .fetch_one(&mut *tx)
             .await?;

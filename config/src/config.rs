@@ -631,6 +631,43 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Global values every job may override (§10.3), in the ledger's terms.
+    pub fn thresholds(&self) -> ledger::settings::Thresholds {
+        ledger::settings::Thresholds {
+            success_retention: self.cleanup.success_retention.0,
+            failed_retention: self.cleanup.failed_retention.0,
+            event_retention: self.cleanup.event_retention.0,
+            stale: self.recovery.stale.0,
+            extract_query_timeout: self.recovery.extract_query_timeout.0,
+            run_timeout: self.recovery.run_timeout.0,
+            validation_stale: self.recovery.validation_stale.0,
+            publish_stale: self.recovery.publish_stale.0,
+            recovery_mode: match self.recovery.mode {
+                RecoveryMode::Fail => ledger::settings::RecoveryMode::Fail,
+                RecoveryMode::Reissue => ledger::settings::RecoveryMode::Reissue,
+            },
+            recovery_max_attempts: self.recovery.max_attempts.min(i32::MAX as u32) as i32,
+            dispatch_max_attempts: self.dispatch.max_attempts.min(i32::MAX as u32) as i32,
+            backoff_min: self.dispatch.backoff_min.0,
+            backoff_max: self.dispatch.backoff_max.0,
+            ack_timeout: self.dispatch.ack_timeout.0,
+            receiver_url: self.nifi.receiver_url.clone(),
+            timeout_seconds: self.nifi.timeout_seconds,
+        }
+    }
+
+    pub fn ledger_config(&self) -> ledger::LedgerConfig {
+        ledger::LedgerConfig {
+            tx_attempts: self.database.tx_attempts.max(1),
+            require_registered: self.jobs.require_registered,
+            thresholds: self.thresholds(),
+            cleanup_max_batch: self.cleanup.max_batch as i64,
+            dispatch_lease: self.dispatch.lease.0,
+        }
+    }
+}
+
 fn is_digest(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| b.is_ascii_hexdigit())
 }

@@ -1,0 +1,4 @@
+//! Configuration and logging shared by `load-control-api` and `load-control-operator`
+//! (CONTRACT §9.2, §10).
+pub mod config;
+pub mod logging;

@@ -1,0 +1,64 @@
+//! Leadership epochs and the fence every leader transaction checks first (CONTRACT §1.8, §7.1).
+use crate::error::{LedgerError, LedgerResult};
+use crate::store::Ledger;
+use sqlx::PgConnection;
+
+/// The `leader_epoch` row of a deployment.
+pub const LEADER_NAME: &str = "load-control";
+
+/// The epoch this process won; valid until a later acquisition bumps the row.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub name: String,
+    pub epoch: i64,
+    pub holder: String,
+}
+
+impl Ledger {
+    /// Bumps the epoch after winning the Lease or the advisory lock. Waits for the deposed
+    /// leader's in-flight transactions (they hold the row FOR SHARE); none of its later ones can
+    /// write once this commits.
+    pub async fn acquire_epoch(&self, holder: &str) -> LedgerResult<Fence> {
+        let (epoch,): (i64,) = sqlx::query_as(
+            "INSERT INTO nifi_ops.leader_epoch (name, epoch, holder) VALUES ($1, 1, $2) \
+             ON CONFLICT (name) DO UPDATE SET epoch = leader_epoch.epoch + 1, holder = EXCLUDED.holder, \
+                acquired_at = clock_timestamp() RETURNING epoch",
+        )
+        .bind(LEADER_NAME)
+        .bind(holder)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(Fence {
+            name: LEADER_NAME.to_string(),
+            epoch,
+            holder: holder.to_string(),
+        })
+    }
+
+    /// The current epoch and its holder, for probes and logs.
+    pub async fn current_epoch(&self) -> LedgerResult<Option<(i64, String)>> {
+        Ok(
+            sqlx::query_as("SELECT epoch, holder FROM nifi_ops.leader_epoch WHERE name = $1")
+                .bind(LEADER_NAME)
+                .fetch_optional(&self.pool)
+                .await?,
+        )
+    }
+}
+
+/// The first statement of every leader transaction: `Fenced` (write nothing) unless our epoch is
+/// still the current one. The FOR SHARE lock makes a new acquisition wait for this transaction.
+pub(crate) async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> LedgerResult<()> {
+    let current: Option<(i64,)> =
+        sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch WHERE name = $1 FOR SHARE")
+            .bind(&fence.name)
+            .fetch_optional(&mut *conn)
+            .await?;
+    match current {
+        Some((epoch,)) if epoch == fence.epoch => Ok(()),
+        other => Err(LedgerError::Fenced {
+            ours: fence.epoch,
+            current: other.map(|c| c.0),
+        }),
+    }
+}

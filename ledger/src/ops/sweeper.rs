@@ -1,0 +1,558 @@
+//! The sweeper (CONTRACT §7.2): periodic recovery for what no request will ever report — stale
+//! partitions, run deadlines, unacknowledged dispatches, stale validations and publishes, event
+//! retention. One fenced transaction per tick; each rule in its own savepoint so one failing rule
+//! does not stop the others.
+use super::dispatch::dead_event;
+use super::leader::{Fence, check_fence};
+use super::transition::{ErrorFields, transition_locked};
+use crate::error::{LedgerError, LedgerResult};
+use crate::event::{Event, Level};
+use crate::json::format_ts;
+use crate::settings::{RecoveryMode, iso_duration};
+use crate::status::RunStatus;
+use crate::store::{JobThresholds, Ledger, notify_dispatch, transaction};
+use chrono::{DateTime, Utc};
+use serde_json::json;
+use sqlx::PgConnection;
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+/// What one tick did: non-zero action counters by rule name (`lca_sweeper_actions_total{rule}`),
+/// DEAD dispatches by type (`lca_dispatch_total{result="dead"}`), and rules that failed.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SweepReport {
+    pub actions: BTreeMap<&'static str, u64>,
+    pub dead_by_type: BTreeMap<String, u64>,
+    pub rule_errors: Vec<(&'static str, String)>,
+}
+
+#[derive(Default)]
+struct Counts {
+    actions: BTreeMap<&'static str, u64>,
+    dead_by_type: BTreeMap<String, u64>,
+}
+
+impl Counts {
+    fn add(&mut self, rule: &'static str, n: u64) {
+        if n > 0 {
+            *self.actions.entry(rule).or_default() += n;
+        }
+    }
+}
+
+const RULES: [&str; 6] = [
+    "stale_partitions",
+    "run_deadline",
+    "unacked_dispatches",
+    "stale_alert",
+    "publish_stale",
+    "event_retention",
+];
+
+/// Seconds, for `make_interval(secs => …)`.
+fn secs(d: std::time::Duration) -> f64 {
+    d.as_secs_f64()
+}
+
+impl Ledger {
+    /// One tick. `None` when another sweeper holds the tick lock (nothing done).
+    pub async fn sweep(&self, fence: &Fence) -> LedgerResult<Option<SweepReport>> {
+        transaction!(self, |conn| async {
+            check_fence(conn, fence).await?;
+            let (got,): (bool,) = sqlx::query_as(
+                "SELECT pg_try_advisory_xact_lock(hashtext('load_control_sweeper'))",
+            )
+            .fetch_one(&mut *conn)
+            .await?;
+            if !got {
+                return Ok(None);
+            }
+            let jobs = self.job_thresholds(conn).await?;
+            let mut report = SweepReport::default();
+            for (i, rule) in RULES.iter().enumerate() {
+                sqlx::query(sqlx::AssertSqlSafe(format!("SAVEPOINT sweeper_rule_{i}")))
+                    .execute(&mut *conn)
+                    .await?;
+                let mut counts = Counts::default();
+                let result = match i {
+                    0 => self.rule_stale_partitions(conn, &jobs, &mut counts).await,
+                    1 => self.rule_run_deadline(conn, &jobs, &mut counts).await,
+                    2 => self.rule_unacked_dispatches(conn, &jobs, &mut counts).await,
+                    3 => self.rule_stale_alert(conn, &jobs, &mut counts).await,
+                    4 => self.rule_publish_stale(conn, &jobs, &mut counts).await,
+                    _ => self.rule_event_retention(conn, &jobs, &mut counts).await,
+                };
+                match result {
+                    Ok(()) => {
+                        sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "RELEASE SAVEPOINT sweeper_rule_{i}"
+                        )))
+                        .execute(&mut *conn)
+                        .await?;
+                        for (k, v) in counts.actions {
+                            *report.actions.entry(k).or_default() += v;
+                        }
+                        for (k, v) in counts.dead_by_type {
+                            *report.dead_by_type.entry(k).or_default() += v;
+                        }
+                    }
+                    Err(e) if e.is_retryable() => return Err(e),
+                    Err(e) => {
+                        sqlx::query(sqlx::AssertSqlSafe(format!(
+                            "ROLLBACK TO SAVEPOINT sweeper_rule_{i}"
+                        )))
+                        .execute(&mut *conn)
+                        .await?;
+                        tracing::error!(event = "sweeper_rule_error", rule, error = %e, "sweeper rule failed; its changes were rolled back");
+                        report.rule_errors.push((rule, e.to_string()));
+                    }
+                }
+            }
+            Ok(Some(report))
+        })
+    }
+
+    /// Rule 1: stale RUNNING partitions of EXTRACTING runs → reissue (REISSUE mode) or time out.
+    async fn rule_stale_partitions(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let g = &self.config.thresholds;
+        let min_stale = jobs
+            .by_job
+            .values()
+            .map(|t| t.stale)
+            .chain([g.stale])
+            .min()
+            .unwrap_or(g.stale);
+        let candidates: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT r.run_id, r.job_key FROM nifi_ops.load_run r \
+              WHERE r.status = 'EXTRACTING' AND EXISTS (SELECT 1 FROM nifi_ops.load_partition p WHERE p.run_id = r.run_id \
+                AND p.status = 'RUNNING' AND p.heartbeat_at < clock_timestamp() - make_interval(secs => $1)) \
+              ORDER BY r.started_at, r.run_id",
+        )
+        .bind(secs(min_stale))
+        .fetch_all(&mut *conn)
+        .await?;
+        for (run_id, job) in candidates {
+            let t = jobs.of(&job, g);
+            let Some(run) = self.try_lock_run(conn, run_id, "EXTRACTING").await? else {
+                continue;
+            };
+            let stale: Vec<(String, i32)> = sqlx::query_as(
+                "SELECT partition_id, attempt_count FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'RUNNING' \
+                   AND heartbeat_at < clock_timestamp() - make_interval(secs => $2) ORDER BY partition_id FOR UPDATE",
+            )
+            .bind(run_id)
+            .bind(secs(t.stale))
+            .fetch_all(&mut *conn)
+            .await?;
+            if stale.is_empty() {
+                continue;
+            }
+            let exhausted = stale
+                .iter()
+                .any(|(_, attempts)| *attempts >= t.recovery_max_attempts);
+            if t.recovery_mode == RecoveryMode::Reissue && !exhausted {
+                for (pid, attempt) in &stale {
+                    sqlx::query(
+                        "UPDATE nifi_ops.load_partition SET status = 'RETRY', claim_token = NULL, worker_node = NULL, \
+                            heartbeat_at = clock_timestamp(), error_code = 'HEARTBEAT_STALE', error_message = 'reset by sweeper for reissue' \
+                          WHERE run_id = $1 AND partition_id = $2",
+                    )
+                    .bind(run_id)
+                    .bind(pid)
+                    .execute(&mut *conn)
+                    .await?;
+                    let invalidated = sqlx::query(
+                        "UPDATE nifi_ops.load_file SET status = 'FAILED', updated_at = clock_timestamp() \
+                          WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN'",
+                    )
+                    .bind(run_id)
+                    .bind(pid)
+                    .execute(&mut *conn)
+                    .await?
+                    .rows_affected();
+                    sqlx::query("INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id) VALUES ($1, $2, 'REISSUE_PARTITION', $3)")
+                        .bind(Uuid::new_v4())
+                        .bind(run_id)
+                        .bind(pid)
+                        .execute(&mut *conn)
+                        .await?;
+                    Event::new(Level::Warn, "RECOVERY_REISSUED")
+                        .run(&run)
+                        .partition(pid)
+                        .details(json!({"attempt": attempt, "invalidatedFiles": invalidated}))
+                        .insert(conn)
+                        .await?;
+                    c.add("reissue_partition", 1);
+                }
+                sqlx::query("UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1").bind(run_id).execute(&mut *conn).await?;
+                notify_dispatch(conn, &run_id.to_string()).await?;
+            } else {
+                let code = if t.recovery_mode == RecoveryMode::Reissue {
+                    "REISSUE_ATTEMPTS_EXHAUSTED"
+                } else {
+                    "PARTITION_STALE"
+                };
+                let ids: Vec<&str> = stale.iter().map(|(p, _)| p.as_str()).collect();
+                time_out_partitions(conn, run_id, code).await?;
+                let message = format!("stale partitions: {}", ids.join(","));
+                let error = ErrorFields::Set {
+                    stage: "SWEEPER",
+                    code,
+                    message: &message,
+                };
+                transition_locked(
+                    conn,
+                    run_id,
+                    RunStatus::Extracting,
+                    RunStatus::TimedOut,
+                    error,
+                )
+                .await?;
+                Event::new(Level::Error, "RUN_TIMED_OUT")
+                    .run(&run)
+                    .code(code)
+                    .message(&message)
+                    .details(json!({"stalePartitions": ids}))
+                    .insert(conn)
+                    .await?;
+                c.add("timeout_stale_partition", 1);
+            }
+        }
+        Ok(())
+    }
+
+    /// Rule 2: CREATED/EXTRACTING runs past `run_timeout`, fresh heartbeats or not. Waits at most
+    /// 5 s per run so sustained chunk traffic cannot postpone a deadline.
+    async fn rule_run_deadline(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let g = &self.config.thresholds;
+        let min = jobs
+            .by_job
+            .values()
+            .map(|t| t.run_timeout)
+            .chain([g.run_timeout])
+            .min()
+            .unwrap_or(g.run_timeout);
+        let candidates: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT run_id, job_key FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
+               AND started_at < clock_timestamp() - make_interval(secs => $1) ORDER BY started_at, run_id",
+        )
+        .bind(secs(min))
+        .fetch_all(&mut *conn)
+        .await?;
+        for (run_id, job) in candidates {
+            let t = jobs.of(&job, g);
+            sqlx::query("SAVEPOINT sweeper_deadline_run")
+                .execute(&mut *conn)
+                .await?;
+            sqlx::query("SET LOCAL lock_timeout = '5s'")
+                .execute(&mut *conn)
+                .await?;
+            match self.deadline_one(conn, run_id, t.run_timeout).await {
+                Ok(done) => {
+                    sqlx::query("SET LOCAL lock_timeout = 0")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("RELEASE SAVEPOINT sweeper_deadline_run")
+                        .execute(&mut *conn)
+                        .await?;
+                    c.add("timeout_run_deadline", done as u64);
+                }
+                Err(LedgerError::Database(sqlx::Error::Database(db)))
+                    if db.code().as_deref() == Some("55P03") =>
+                {
+                    // Still locked after 5 s: left for the next tick.
+                    sqlx::query("ROLLBACK TO SAVEPOINT sweeper_deadline_run")
+                        .execute(&mut *conn)
+                        .await?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    async fn deadline_one(
+        &self,
+        conn: &mut PgConnection,
+        run_id: Uuid,
+        limit: std::time::Duration,
+    ) -> LedgerResult<bool> {
+        let run = self
+            .lock_run(conn, run_id, crate::store::RunLock::Exclusive)
+            .await?;
+        let status = run.status()?;
+        let (due,): (bool,) = sqlx::query_as("SELECT started_at < clock_timestamp() - make_interval(secs => $2) FROM nifi_ops.load_run WHERE run_id = $1")
+            .bind(run_id)
+            .bind(secs(limit))
+            .fetch_one(&mut *conn)
+            .await?;
+        if !due || !matches!(status, RunStatus::Created | RunStatus::Extracting) {
+            return Ok(false);
+        }
+        time_out_partitions(conn, run_id, "RUN_TIMEOUT").await?;
+        let message = format!(
+            "run exceeded run_timeout {} in {status}",
+            iso_duration(limit)
+        );
+        let error = ErrorFields::Set {
+            stage: "SWEEPER",
+            code: "RUN_TIMEOUT",
+            message: &message,
+        };
+        transition_locked(conn, run_id, status, RunStatus::TimedOut, error).await?;
+        Event::new(Level::Error, "RUN_TIMED_OUT")
+            .run(&run)
+            .code("RUN_TIMEOUT")
+            .message(&message)
+            .details(json!({"from": status}))
+            .insert(conn)
+            .await?;
+        Ok(true)
+    }
+
+    /// Rule 3: SENT rows not acknowledged within `ack_timeout` whose run still waits for them.
+    async fn rule_unacked_dispatches(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let g = &self.config.thresholds;
+        let min = jobs
+            .by_job
+            .values()
+            .map(|t| t.ack_timeout)
+            .chain([g.ack_timeout])
+            .min()
+            .unwrap_or(g.ack_timeout);
+        let rows: Vec<(Uuid, Uuid, String, Option<String>, i32, String, f64)> = sqlx::query_as(
+            "SELECT d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key, \
+                    extract(epoch FROM clock_timestamp() - d.sent_at)::float8 \
+               FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id \
+               LEFT JOIN nifi_ops.load_partition p ON p.run_id = d.run_id AND p.partition_id = d.partition_id \
+              WHERE d.status = 'SENT' AND d.sent_at < clock_timestamp() - make_interval(secs => $1) \
+                AND ((d.dispatch_type = 'VALIDATE_RUN' AND r.status = 'EXTRACTED_VALIDATED') \
+                  OR (d.dispatch_type = 'REISSUE_PARTITION' AND r.status = 'EXTRACTING' AND p.status = 'RETRY')) \
+              ORDER BY d.sent_at, d.dispatch_id FOR UPDATE OF d SKIP LOCKED",
+        )
+        .bind(secs(min))
+        .fetch_all(&mut *conn)
+        .await?;
+        let mut requeued: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
+        for (dispatch_id, run_id, kind, pid, attempts, job, age) in rows {
+            let t = jobs.of(&job, g);
+            if age < secs(t.ack_timeout) {
+                continue;
+            }
+            if attempts < t.dispatch_max_attempts {
+                sqlx::query(
+                    "UPDATE nifi_ops.load_dispatch SET status = 'PENDING', next_attempt_at = clock_timestamp(), \
+                        last_error = 'ack timeout, requeued by sweeper' WHERE dispatch_id = $1",
+                )
+                .bind(dispatch_id)
+                .execute(&mut *conn)
+                .await?;
+                requeued.entry(run_id).or_default().push(dispatch_id);
+                c.add("requeue_dispatch", 1);
+            } else {
+                let error = format!("no ack after {attempts} attempts (ack timeout)");
+                sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'DEAD', last_error = $2 WHERE dispatch_id = $1")
+                    .bind(dispatch_id)
+                    .bind(&error)
+                    .execute(&mut *conn)
+                    .await?;
+                dead_event(
+                    conn,
+                    run_id,
+                    pid.as_deref(),
+                    dispatch_id,
+                    &kind,
+                    None,
+                    attempts,
+                    &error,
+                )
+                .await?;
+                c.add("dead_dispatch", 1);
+                *c.dead_by_type.entry(kind).or_default() += 1;
+            }
+        }
+        for (run_id, ids) in &requeued {
+            Event::new(Level::Warn, "DISPATCH_REQUEUED")
+                .run_only(*run_id)
+                .details(json!({"dispatchIds": ids}))
+                .insert(conn)
+                .await?;
+        }
+        if !requeued.is_empty() {
+            notify_dispatch(conn, "sweeper").await?;
+        }
+        Ok(())
+    }
+
+    /// Rule 4: an alert event for runs stuck in STAGE_VALIDATING or PUBLISHED, once per window.
+    async fn rule_stale_alert(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let g = &self.config.thresholds;
+        let min = jobs
+            .by_job
+            .values()
+            .map(|t| t.validation_stale)
+            .chain([g.validation_stale])
+            .min()
+            .unwrap_or(g.validation_stale);
+        let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> = sqlx::query_as(
+            "SELECT run_id, job_key, business_key, status, heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
+               FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
+                AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id",
+        )
+        .bind(secs(min))
+        .fetch_all(&mut *conn)
+        .await?;
+        for (run_id, job, bk, status, heartbeat, age) in rows {
+            let window = secs(jobs.of(&job, g).validation_stale);
+            if age < window {
+                continue;
+            }
+            let recent: Option<(i32,)> = sqlx::query_as(
+                "SELECT 1 FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT' \
+                   AND event_time > clock_timestamp() - make_interval(secs => $2) LIMIT 1",
+            )
+            .bind(run_id)
+            .bind(window)
+            .fetch_optional(&mut *conn)
+            .await?;
+            if recent.is_some() {
+                continue;
+            }
+            Event::new(Level::Error, "RUN_STALE_ALERT")
+                .run_keys(run_id, &job, &bk)
+                .processor("sweeper")
+                .message(&format!("no progress in {status}"))
+                .details(json!({"status": status, "heartbeatAt": format_ts(&heartbeat)}))
+                .insert(conn)
+                .await?;
+            c.add("stale_alert", 1);
+        }
+        Ok(())
+    }
+
+    /// Rule 5: PUBLISHING past `publish_stale` → PUBLISH_UNKNOWN. Never retried, never confirmed.
+    async fn rule_publish_stale(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let g = &self.config.thresholds;
+        let min = jobs
+            .by_job
+            .values()
+            .map(|t| t.publish_stale)
+            .chain([g.publish_stale])
+            .min()
+            .unwrap_or(g.publish_stale);
+        let rows: Vec<(Uuid, String, f64)> = sqlx::query_as(
+            "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \
+              WHERE status = 'PUBLISHING' AND publish_started_at < clock_timestamp() - make_interval(secs => $1) \
+              ORDER BY publish_started_at, run_id",
+        )
+        .bind(secs(min))
+        .fetch_all(&mut *conn)
+        .await?;
+        for (run_id, job, age) in rows {
+            let limit = jobs.of(&job, g).publish_stale;
+            if age < secs(limit) {
+                continue;
+            }
+            let Some(run) = self.try_lock_run(conn, run_id, "PUBLISHING").await? else {
+                continue;
+            };
+            let message = format!(
+                "no publish result within publish_stale {}",
+                iso_duration(limit)
+            );
+            let error = ErrorFields::Set {
+                stage: "PUBLISH",
+                code: "PUBLISH_STALE",
+                message: &message,
+            };
+            transition_locked(
+                conn,
+                run_id,
+                RunStatus::Publishing,
+                RunStatus::PublishUnknown,
+                error,
+            )
+            .await?;
+            Event::new(Level::Error, "PUBLISH_UNKNOWN")
+                .run(&run)
+                .code("PUBLISH_STALE")
+                .message(&message)
+                .insert(conn)
+                .await?;
+            c.add("publish_unknown", 1);
+        }
+        Ok(())
+    }
+
+    /// Rule 6 [v1-ext]: events of cleaned runs older than `event_retention`, 10,000 per tick.
+    async fn rule_event_retention(
+        &self,
+        conn: &mut PgConnection,
+        jobs: &JobThresholds,
+        c: &mut Counts,
+    ) -> LedgerResult<()> {
+        let keys: Vec<&String> = jobs.by_job.keys().collect();
+        let retention: Vec<f64> = keys
+            .iter()
+            .map(|k| secs(jobs.by_job[*k].event_retention))
+            .collect();
+        let deleted = sqlx::query(
+            "WITH js AS (SELECT * FROM unnest($1::text[], $2::float8[]) AS t(job_key, retention_s)) \
+             DELETE FROM nifi_ops.load_event WHERE event_id IN ( \
+               SELECT e.event_id FROM nifi_ops.load_event e JOIN nifi_ops.load_run r ON r.run_id = e.run_id \
+                 LEFT JOIN js ON js.job_key = r.job_key \
+                WHERE r.cleaned_at IS NOT NULL \
+                  AND e.event_time < clock_timestamp() - make_interval(secs => COALESCE(js.retention_s, $3)) LIMIT 10000)",
+        )
+        .bind(keys)
+        .bind(retention)
+        .bind(secs(self.config.thresholds.event_retention))
+        .execute(&mut *conn)
+        .await?
+        .rows_affected();
+        c.add("events_deleted", deleted);
+        Ok(())
+    }
+}
+
+/// Unfinished partitions of a run the sweeper ends keep their own rule: TIMED_OUT (§7.2).
+async fn time_out_partitions(
+    conn: &mut PgConnection,
+    run_id: Uuid,
+    code: &str,
+) -> LedgerResult<u64> {
+    Ok(sqlx::query(
+        "UPDATE nifi_ops.load_partition SET status = 'TIMED_OUT', error_code = $2, completed_at = clock_timestamp(), \
+            heartbeat_at = clock_timestamp() WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",
+    )
+    .bind(run_id)
+    .bind(code)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
+}

@@ -1,0 +1,113 @@
+//! Who may run the dispatcher and sweeper. Each acquisition bumps the ledger's fencing epoch
+//! (CONTRACT §7.1); the Kubernetes Lease implementation comes with the operator issue, this one is
+//! the standalone mode's PostgreSQL advisory lock held on a dedicated connection.
+use ledger::{Fence, Ledger};
+use sqlx::{Connection, PgConnection};
+use std::time::Duration;
+
+/// Fixed by the contract (§7.1): how often a follower tries again.
+pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
+
+pub trait Leadership: Send {
+    /// Waits until this process leads, then bumps the epoch and returns the fence.
+    fn acquire(&mut self) -> impl std::future::Future<Output = anyhow::Result<Fence>> + Send;
+    /// Resolves when leadership is lost (the lock's connection died, the lease expired).
+    fn lost(&mut self) -> impl std::future::Future<Output = ()> + Send;
+    /// Gives leadership up (on shutdown, or after being fenced).
+    fn release(&mut self) -> impl std::future::Future<Output = ()> + Send;
+}
+
+/// `pg_advisory_lock(hashtext('load_control_leader'))` on a dedicated connection: the lock lives
+/// exactly as long as that session.
+pub struct AdvisoryLockLeadership {
+    url: String,
+    ledger: Ledger,
+    holder: String,
+    conn: Option<PgConnection>,
+}
+
+impl AdvisoryLockLeadership {
+    pub fn new(url: &str, ledger: Ledger, holder: String) -> Self {
+        AdvisoryLockLeadership {
+            url: url.to_string(),
+            ledger,
+            holder,
+            conn: None,
+        }
+    }
+
+    async fn try_lock(&mut self) -> anyhow::Result<bool> {
+        if self.conn.is_none() {
+            self.conn = Some(PgConnection::connect(&self.url).await?);
+        }
+        let conn = self.conn.as_mut().expect("connected above");
+        let got: Result<(bool,), _> =
+            sqlx::query_as("SELECT pg_try_advisory_lock(hashtext('load_control_leader'))")
+                .fetch_one(&mut *conn)
+                .await;
+        match got {
+            Ok((got,)) => Ok(got),
+            Err(e) => {
+                self.conn = None;
+                Err(e.into())
+            }
+        }
+    }
+}
+
+impl Leadership for AdvisoryLockLeadership {
+    async fn acquire(&mut self) -> anyhow::Result<Fence> {
+        loop {
+            match self.try_lock().await {
+                Ok(true) => return Ok(self.ledger.acquire_epoch(&self.holder).await?),
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(event = "leader_lock_error", error = %e, "cannot reach the database for the leader lock")
+                }
+            }
+            tokio::time::sleep(RETRY_PERIOD).await;
+        }
+    }
+
+    async fn lost(&mut self) {
+        loop {
+            tokio::time::sleep(RETRY_PERIOD).await;
+            let Some(conn) = self.conn.as_mut() else {
+                return;
+            };
+            if tokio::time::timeout(RETRY_PERIOD, sqlx::query("SELECT 1").execute(&mut *conn))
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                // The session (and with it the lock) is gone, or cannot be trusted any more.
+                self.conn = None;
+                return;
+            }
+        }
+    }
+
+    async fn release(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            let _ = sqlx::query("SELECT pg_advisory_unlock(hashtext('load_control_leader'))")
+                .execute(&mut conn)
+                .await;
+            let _ = conn.close().await;
+        }
+    }
+}
+
+/// `hostname:pid` plus a random suffix, so two processes never share an identity.
+pub fn default_identity() -> String {
+    let host = std::env::var("POD_NAME")
+        .or_else(|_| std::env::var("HOSTNAME"))
+        .unwrap_or_else(|_| {
+            std::fs::read_to_string("/etc/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "localhost".into())
+        });
+    format!(
+        "{host}:{}-{}",
+        std::process::id(),
+        &uuid::Uuid::new_v4().simple().to_string()[..6]
+    )
+}

@@ -1,0 +1,9 @@
+//! The operator process (ARCHITECTURE "operator", CONTRACT §6–§7): leadership with a fencing
+//! epoch, the dispatcher that delivers outbox rows to NiFi PG-05, and the sweeper. Every ledger
+//! write goes through one fenced ledger operation; this crate only decides when to call them and
+//! makes the HTTP calls in between.
+pub mod dispatcher;
+pub mod leadership;
+pub mod metrics;
+pub mod process;
+pub mod sweeper;

@@ -1,0 +1,93 @@
+//! `load-control-operator`: the leader process (dispatcher + sweeper; with Kubernetes also the
+//! LoadJob/LoadRun controllers).
+use anyhow::Context;
+use clap::Parser;
+use lcconfig::config::{Config, config_path};
+use lcoperator::leadership::{AdvisoryLockLeadership, default_identity};
+use lcoperator::process::{Operator, health_router};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "load-control-operator",
+    version,
+    about = "load-control leader process: delivers dispatches to NiFi and sweeps stalled runs.",
+    long_about = "load-control leader process.\n\nOnly the leader dispatches and sweeps; every ledger write it makes is fenced by a \
+leadership epoch, so a deposed process can never write. With --standalone, leadership is the PostgreSQL advisory lock \
+hashtext('load_control_leader') held on a dedicated connection (hosts without Kubernetes, local development).\n\n\
+Configuration: --config PATH, else $LCA_CONFIG, else ./config/config.yaml, with LCA_<SECTION>__<KEY> overrides; \
+nifi.receiver_url is required."
+)]
+struct Cli {
+    /// YAML configuration file (the api-server's format).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Run dispatcher and sweeper without Kubernetes, led by a PostgreSQL advisory lock.
+    #[arg(long)]
+    standalone: bool,
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    let config = Config::load(&config_path(cli.config.as_deref()), std::env::vars())?;
+    config.validate()?;
+    if config.nifi.receiver_url.is_none() {
+        anyhow::bail!(
+            "invalid configuration at `nifi.receiver_url`: the operator process needs NiFi's PG-05 receiver URL"
+        );
+    }
+    if !cli.standalone {
+        anyhow::bail!(
+            "Kubernetes mode (Lease leadership, LoadJob/LoadRun controllers) is not available yet: run with --standalone"
+        );
+    }
+    lcconfig::logging::init(&config.logging);
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let ledger = ledger::Ledger::connect(
+        &config.database_url(),
+        config.database.pool_size,
+        config.database.max_overflow,
+        config.ledger_config(),
+    )
+    .await
+    .context("connecting to the database")?;
+    let identity = default_identity();
+    let leadership =
+        AdvisoryLockLeadership::new(&config.database_url(), ledger.clone(), identity.clone());
+    let operator = Operator::start(&config, ledger.clone(), leadership)?;
+    if let Some(port) = config.worker.metrics_port {
+        let addr = format!("{}:{port}", config.worker.metrics_host);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let app = health_router(ledger, operator.metrics.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
+    tracing::info!(event = "operator_started", identity = %identity, mode = "standalone", "operator process started");
+    shutdown_signal().await;
+    tracing::info!(
+        event = "shutdown_requested",
+        "stopping: in-flight sends finish, then leadership is released"
+    );
+    operator.stop().await
+}
+
+async fn shutdown_signal() {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = tokio::signal::ctrl_c() => {},
+    }
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("load-control-operator: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

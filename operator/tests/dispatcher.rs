@@ -1,0 +1,303 @@
+//! The dispatcher against a real receiver on 127.0.0.1 (CONTRACT §6): each receiver outcome, the
+//! exact request, at-least-once delivery after a lost sender, two dispatchers on one outbox, and
+//! the LISTEN wake-up.
+mod common;
+use common::*;
+use ledger::{LeasedDispatch, Recorded};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use uuid::Uuid;
+
+async fn leased(env: &Env, fence: &ledger::Fence) -> Vec<LeasedDispatch> {
+    env.ledger.lease_dispatches(fence, 20).await.unwrap()
+}
+
+/// Delivers the run's VALIDATE_RUN once against `answers`; returns (status, attempts, http, error, delay-seconds).
+async fn outcome(
+    answers: &[(u16, u64)],
+    tune: impl FnOnce(&mut lcconfig::config::Config),
+) -> (String, i32, Option<i32>, Option<String>, f64, Env, Uuid) {
+    let receiver = Receiver::start(answers).await;
+    let env = Env::start(|c| {
+        c.nifi.receiver_url = Some(receiver.url.clone());
+        tune(c);
+    })
+    .await;
+    let (run, _) = env.validated("K").await;
+    let fence = env.fence().await;
+    let rows = leased(&env, &fence).await;
+    assert_eq!(rows.len(), 1);
+    env.dispatcher(&env.ledger).deliver(&fence, &rows[0]).await;
+    let (status, attempts, http, error, delay): (String, i32, Option<i32>, Option<String>, f64) = sqlx::query_as(
+        "SELECT status, attempt_count, last_http_status, last_error, extract(epoch FROM next_attempt_at - clock_timestamp())::float8 \
+           FROM nifi_ops.load_dispatch WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap();
+    (status, attempts, http, error, delay, env, run)
+}
+
+#[tokio::test]
+async fn a_2xx_marks_the_row_sent_and_the_request_is_exactly_the_contracts() {
+    let receiver = Receiver::start(&[(202, 0)]).await;
+    let env = Env::start(|c| {
+        c.nifi.receiver_url = Some(receiver.url.clone());
+        c.nifi.signing_secret = Some("s3cret".into());
+    })
+    .await;
+    let (run, dispatch) = env.validated("K").await;
+    let fence = env.fence().await;
+    let rows = leased(&env, &fence).await;
+    env.dispatcher(&env.ledger).deliver(&fence, &rows[0]).await;
+    let got = receiver.wait_for(1, Duration::from_secs(5)).await;
+    let r = &got[0];
+    assert_eq!(r.path, "/nifi/validate/JOB", "no doubled or trailing slash");
+    assert_eq!(r.headers["content-type"], "application/json");
+    assert_eq!(r.headers["x-run-id"], run.to_string());
+    assert_eq!(r.headers["x-dispatch-id"], dispatch.to_string());
+    assert_eq!(
+        r.body,
+        serde_json::json!({"runId": run, "dispatchId": dispatch})
+    );
+    let ts: u64 = r.headers["x-lca-timestamp"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert_eq!(
+        r.headers["x-lca-signature"].to_str().unwrap(),
+        lcoperator::dispatcher::signature("s3cret", ts, &r.raw)
+    );
+    let (status, http, sent): (String, Option<i32>, bool) =
+        sqlx::query_as("SELECT status, last_http_status, sent_at IS NOT NULL FROM nifi_ops.load_dispatch WHERE dispatch_id = $1")
+            .bind(dispatch)
+            .fetch_one(&mut env.conn().await)
+            .await
+            .unwrap();
+    assert_eq!((status.as_str(), http, sent), ("SENT", Some(202), true));
+}
+
+#[tokio::test]
+async fn refusals_are_dead_at_once_with_an_event() {
+    for code in [400, 404] {
+        let (status, attempts, http, error, _, env, run) = outcome(&[(code, 0)], |_| {}).await;
+        assert_eq!(
+            (status.as_str(), attempts, http),
+            ("DEAD", 1, Some(code as i32))
+        );
+        assert!(error.unwrap().starts_with(&format!("HTTP {code}")));
+        assert_eq!(env.events(run, "DISPATCH_DEAD").await, 1);
+        let (job,): (Option<String>,) = sqlx::query_as("SELECT job_key FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'DISPATCH_DEAD'")
+            .bind(run)
+            .fetch_one(&mut env.conn().await)
+            .await
+            .unwrap();
+        assert_eq!(job, None, "dispatch events carry run and partition only");
+    }
+}
+
+#[tokio::test]
+async fn retryable_answers_back_off_and_stay_pending() {
+    for code in [408, 429, 500] {
+        let (status, attempts, http, error, delay, env, run) = outcome(&[(code, 0)], |_| {}).await;
+        assert_eq!(
+            (status.as_str(), attempts, http),
+            ("PENDING", 1, Some(code as i32)),
+            "{code}"
+        );
+        assert!(error.is_some());
+        assert!(
+            (4.0..=5.5).contains(&delay),
+            "first backoff is backoff_min (5 s), got {delay}"
+        );
+        assert_eq!(env.events(run, "DISPATCH_DEAD").await, 0);
+    }
+}
+
+#[tokio::test]
+async fn transport_errors_and_timeouts_retry_without_a_status() {
+    let (status, _, http, error, _, _, _) = outcome(&[(202, 0)], |c| {
+        c.nifi.receiver_url = Some("http://127.0.0.1:9/closed".into())
+    })
+    .await;
+    assert_eq!(
+        (status.as_str(), http),
+        ("PENDING", None),
+        "connection refused is retried"
+    );
+    assert!(!error.unwrap().is_empty());
+    let (status, _, http, error, _, _, _) =
+        outcome(&[(202, 3000)], |c| c.nifi.timeout_seconds = 0.5).await;
+    assert_eq!(
+        (status.as_str(), http),
+        ("PENDING", None),
+        "a slow answer past the timeout is retried"
+    );
+    assert!(error.unwrap().starts_with("timeout"));
+}
+
+#[tokio::test]
+async fn attempts_exhausted_is_dead() {
+    let (status, _, http, error, _, env, run) =
+        outcome(&[(503, 0)], |c| c.dispatch.max_attempts = 1).await;
+    assert_eq!((status.as_str(), http), ("DEAD", Some(503)));
+    assert!(error.unwrap().starts_with("max attempts reached: HTTP 503"));
+    assert_eq!(env.events(run, "DISPATCH_DEAD").await, 1);
+}
+
+#[tokio::test]
+async fn an_ack_before_the_answer_stays_acked() {
+    let receiver = Receiver::start(&[(202, 0)]).await;
+    let env = Env::start(|c| c.nifi.receiver_url = Some(receiver.url.clone())).await;
+    let (run, dispatch) = env.validated("K").await;
+    let fence = env.fence().await;
+    let rows = leased(&env, &fence).await;
+    // PG-40 acknowledged before the dispatcher recorded PG-05's answer.
+    assert!(
+        env.ledger
+            .start_validation(run, dispatch, "n")
+            .await
+            .unwrap()
+            .started
+    );
+    let recorded = env
+        .ledger
+        .record_dispatch_outcome(
+            &fence,
+            &rows[0],
+            &ledger::SendOutcome::Delivered { http_status: 202 },
+            &env.config.thresholds(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::NotPending);
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_dispatch WHERE dispatch_id = $1",
+            dispatch
+        )
+        .await
+        .as_deref(),
+        Some("ACKED")
+    );
+}
+
+#[tokio::test]
+async fn a_sender_lost_after_the_lease_is_retaken_and_the_duplicate_is_absorbed() {
+    let receiver = Receiver::start(&[(202, 0)]).await;
+    let env = Env::start(|c| c.nifi.receiver_url = Some(receiver.url.clone())).await;
+    let short = env
+        .ledger_with(|c| c.dispatch_lease = Duration::from_millis(500))
+        .await;
+    let (run, dispatch) = env.validated("K").await;
+    let fence = env.fence().await;
+    // The first sender leased the row and died before sending.
+    assert_eq!(short.lease_dispatches(&fence, 20).await.unwrap().len(), 1);
+    assert!(
+        short.lease_dispatches(&fence, 20).await.unwrap().is_empty(),
+        "nobody else takes it within the lease"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let retaken = loop {
+        let rows = short.lease_dispatches(&fence, 20).await.unwrap();
+        if !rows.is_empty() || Instant::now() > deadline {
+            break rows;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(retaken.len(), 1, "taken again once the lease passed");
+    assert_eq!(retaken[0].attempt_count, 2);
+    env.dispatcher(&short).deliver(&fence, &retaken[0]).await;
+    assert_eq!(receiver.wait_for(1, Duration::from_secs(5)).await.len(), 1);
+    // NiFi may have received it twice (at-least-once); validation/start's CAS starts once.
+    let first = env
+        .ledger
+        .start_validation(run, dispatch, "n1")
+        .await
+        .unwrap();
+    let second = env
+        .ledger
+        .start_validation(run, dispatch, "n2")
+        .await
+        .unwrap();
+    assert!(first.started && !second.started);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_dispatchers_send_every_row_once() {
+    let receiver = Receiver::start(&[(202, 5)]).await;
+    let env = Env::start(|c| c.nifi.receiver_url = Some(receiver.url.clone())).await;
+    let mut ids = vec![];
+    for i in 0..40 {
+        ids.push(env.validated(&format!("K{i}")).await.1);
+    }
+    let fence = env.fence().await;
+    let (a, b) = (env.dispatcher(&env.ledger), env.dispatcher(&env.ledger));
+    let (_tx, rx) = watch::channel(false);
+    tokio::join!(a.scan(&fence, &rx), b.scan(&fence, &rx));
+    let got = receiver.wait_for(40, Duration::from_secs(10)).await;
+    let mut per_id: HashMap<String, usize> = HashMap::new();
+    for r in &got {
+        *per_id
+            .entry(r.headers["x-dispatch-id"].to_str().unwrap().to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(per_id.len(), 40);
+    assert!(per_id.values().all(|n| *n == 1), "{per_id:?}");
+    let sent: i64 = sqlx::query_as::<_, (i64,)>(
+        "SELECT count(*) FROM nifi_ops.load_dispatch WHERE status = 'SENT'",
+    )
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap()
+    .0;
+    assert_eq!(sent, 40);
+    let _ = ids;
+}
+
+#[tokio::test]
+async fn a_missing_receiver_url_is_a_build_failure() {
+    let env = Env::start(|_| {}).await;
+    let mut conn = env.conn().await;
+    let (run, _) = env.validated("K").await;
+    sqlx::query("INSERT INTO nifi_ops.load_job (job_key, settings) VALUES ('JOB', '{\"nifi\": {\"receiver_url\": \"https://nifi-b:9443/lca\"}}')")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let fence = env.fence().await;
+    let rows = leased(&env, &fence).await;
+    let req = env
+        .ledger
+        .dispatch_request(&rows[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        req.url, "https://nifi-b:9443/lca/validate/JOB",
+        "the job's receiver overrides the global one"
+    );
+    sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'PENDING', next_attempt_at = now() WHERE run_id = $1").bind(run).execute(&mut conn).await.unwrap();
+    let mut no_url = env.config.clone();
+    no_url.nifi.receiver_url = None;
+    let ledger = ledger::Ledger::connect(&env.db.url, 4, 0, no_url.ledger_config())
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM nifi_ops.load_job")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let rows = ledger.lease_dispatches(&fence, 20).await.unwrap();
+    env.dispatcher(&ledger).deliver(&fence, &rows[0]).await;
+    assert_eq!(
+        env.text(
+            "SELECT last_error FROM nifi_ops.load_dispatch WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("build failed: no receiver URL for job JOB")
+    );
+}
