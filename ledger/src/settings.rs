@@ -270,18 +270,38 @@ mod tests {
     }
 
     #[test]
-    fn job_settings_override_and_invalid_ones_are_ignored_whole() {
+    fn job_settings_override_and_invalid_ones_are_rejected_whole() {
         let g = Thresholds::default();
+        let lease = Duration::from_secs(60);
         let t = effective(
             &g,
-            &json!({"cleanup": {"failed_retention": "P30D"}, "recovery": {"stale": "PT2H"}}),
+            &json!({"cleanup": {"failed_retention": "P30D"}, "recovery": {"stale": "PT2H", "mode": "REISSUE", "max_attempts": 5},
+                    "nifi": {"receiver_url": "https://nifi-b:9443/lca"}, "dispatch": {"max_attempts": 30}}),
+            lease,
         )
         .unwrap();
         assert_eq!(t.failed_retention, Duration::from_secs(30 * 86400));
         assert_eq!(t.stale, Duration::from_secs(7200));
+        assert_eq!(
+            (
+                t.recovery_mode,
+                t.recovery_max_attempts,
+                t.dispatch_max_attempts
+            ),
+            (RecoveryMode::Reissue, 5, 30)
+        );
+        assert_eq!(t.receiver_url.as_deref(), Some("https://nifi-b:9443/lca"));
         assert_eq!(t.success_retention, g.success_retention);
-        assert!(effective(&g, &json!({"recovery": {"stale": "30m"}})).is_err());
-        assert!(effective(&g, &json!({"cleanup": {"failed_retention": true}})).is_err());
-        assert!(effective(&g, &json!([])).is_err());
+        for bad in [
+            json!({"recovery": {"stale": "30m"}}),
+            json!({"cleanup": {"failed_retention": true}}),
+            json!({"recovery": {"mode": "RETRY"}}),
+            json!({"server": {"port": 1}}),
+            json!({"recovery": {"sweeper_interval": "1m"}}),
+            json!({"nifi": {"timeout_seconds": 60}}),
+            json!([]),
+        ] {
+            assert!(effective(&g, &bad, lease).is_err(), "{bad}");
+        }
     }
 }

@@ -21,6 +21,19 @@ pub struct LeasedDispatch {
     pub job_key: String,
 }
 
+/// The run and partition values a REISSUE_PARTITION body carries (§6.4).
+#[derive(sqlx::FromRow)]
+struct ReissueRow {
+    business_key: String,
+    snapshot_scn: Option<String>,
+    hdfs_run_path: Option<String>,
+    lower_bound: Option<String>,
+    upper_bound: Option<String>,
+    upper_inclusive: bool,
+    is_null_partition: bool,
+    expected_row_count: i64,
+}
+
 /// What to send for one leased row (§6.4), or why it cannot be built.
 #[derive(Debug, Clone, PartialEq)]
 pub struct DispatchRequest {
@@ -128,8 +141,8 @@ impl Ledger {
             ),
             "REISSUE_PARTITION" => {
                 let pid = d.partition_id.clone().unwrap_or_default();
-                let row: Option<(String, Option<String>, Option<String>, Option<String>, Option<String>, bool, bool, i64)> = sqlx::query_as(
-                    "SELECT r.business_key, r.snapshot_scn::text, r.hdfs_run_path, p.lower_bound::text, p.upper_bound::text, \
+                let row: Option<ReissueRow> = sqlx::query_as(
+                    "SELECT r.business_key, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, p.lower_bound::text AS lower_bound, p.upper_bound::text AS upper_bound, \
                             p.upper_inclusive, p.is_null_partition, p.expected_row_count \
                        FROM nifi_ops.load_run r JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \
                       WHERE r.run_id = $1 AND p.partition_id = $2",
@@ -138,7 +151,17 @@ impl Ledger {
                 .bind(&pid)
                 .fetch_optional(&mut *conn)
                 .await?;
-                let Some((bk, scn, path, lo, hi, incl, is_null, expected)) = row else {
+                let Some(ReissueRow {
+                    business_key: bk,
+                    snapshot_scn: scn,
+                    hdfs_run_path: path,
+                    lower_bound: lo,
+                    upper_bound: hi,
+                    upper_inclusive: incl,
+                    is_null_partition: is_null,
+                    expected_row_count: expected,
+                }) = row
+                else {
                     return Ok(Err(format!("partition row {pid} missing")));
                 };
                 (

@@ -335,9 +335,9 @@ impl Ledger {
             .chain([g.ack_timeout])
             .min()
             .unwrap_or(g.ack_timeout);
-        let rows: Vec<(Uuid, Uuid, String, Option<String>, i32, String, f64)> = sqlx::query_as(
+        let rows: Vec<UnackedRow> = sqlx::query_as(
             "SELECT d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key, \
-                    extract(epoch FROM clock_timestamp() - d.sent_at)::float8 \
+                    extract(epoch FROM clock_timestamp() - d.sent_at)::float8 AS age_s \
                FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id \
                LEFT JOIN nifi_ops.load_partition p ON p.run_id = d.run_id AND p.partition_id = d.partition_id \
               WHERE d.status = 'SENT' AND d.sent_at < clock_timestamp() - make_interval(secs => $1) \
@@ -349,7 +349,16 @@ impl Ledger {
         .fetch_all(&mut *conn)
         .await?;
         let mut requeued: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
-        for (dispatch_id, run_id, kind, pid, attempts, job, age) in rows {
+        for UnackedRow {
+            dispatch_id,
+            run_id,
+            dispatch_type: kind,
+            partition_id: pid,
+            attempt_count: attempts,
+            job_key: job,
+            age_s: age,
+        } in rows
+        {
             let t = jobs.of(&job, g);
             if age < secs(t.ack_timeout) {
                 continue;
@@ -538,6 +547,17 @@ impl Ledger {
         c.add("events_deleted", deleted);
         Ok(())
     }
+}
+
+#[derive(sqlx::FromRow)]
+struct UnackedRow {
+    dispatch_id: Uuid,
+    run_id: Uuid,
+    dispatch_type: String,
+    partition_id: Option<String>,
+    attempt_count: i32,
+    job_key: String,
+    age_s: f64,
 }
 
 /// Unfinished partitions of a run the sweeper ends keep their own rule: TIMED_OUT (§7.2).

@@ -1,0 +1,167 @@
+//! The operator process: leadership handover with a higher epoch, LISTEN wake-up, the binary.
+mod common;
+use common::*;
+use lcoperator::leadership::AdvisoryLockLeadership;
+use lcoperator::process::Operator;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_of_two_leads_and_the_other_takes_over_with_a_higher_epoch() {
+    let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
+    let lead =
+        |name: &str| AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), name.to_string());
+    let mut a = Operator::start(&env.config, env.ledger.clone(), lead("a")).unwrap();
+    let first = a
+        .wait_leading(Duration::from_secs(10))
+        .await
+        .expect("a leads");
+    let mut b = Operator::start(&env.config, env.ledger.clone(), lead("b")).unwrap();
+    assert!(
+        b.wait_leading(Duration::from_secs(3)).await.is_none(),
+        "only one leads"
+    );
+    let started = Instant::now();
+    a.stop().await.unwrap();
+    let second = b
+        .wait_leading(Duration::from_secs(15))
+        .await
+        .expect("b takes over");
+    eprintln!("handover in {:?}", started.elapsed());
+    assert!(second.epoch > first.epoch);
+    assert_eq!(second.holder, "b");
+    b.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn listen_wakes_the_dispatcher_after_each_completion() {
+    let receiver = Receiver::start(&[(202, 0)]).await;
+    let env = Env::start(|c| {
+        c.nifi.receiver_url = Some(receiver.url.clone());
+        // Only LISTEN can wake the dispatcher within the test: polling is an hour away.
+        c.dispatch.poll_interval = lcconfig::config::Dur::secs(3600);
+        c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600);
+    })
+    .await;
+    let leadership =
+        AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "listener".into());
+    let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
+    op.wait_leading(Duration::from_secs(10))
+        .await
+        .expect("leads");
+    // The first (re)connect forces one scan; let it pass before measuring.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut latencies = vec![];
+    for i in 0..100 {
+        let (run, tokens) = env.extracting(&format!("L{i}"), &[2]).await;
+        let before = receiver.count();
+        let committed = Instant::now();
+        assert!(
+            env.chunk(run, "0000", tokens[0], 2)
+                .await
+                .validation_scheduled
+        );
+        let got = receiver.wait_for(before + 1, Duration::from_secs(10)).await;
+        assert_eq!(got.len(), before + 1, "run {i} delivered");
+        latencies.push(got[before].at.saturating_duration_since(committed));
+    }
+    latencies.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{{\"bench\":\"listen_wakeup\",\"runs\":100,\"p50_ms\":{:.2},\"p99_ms\":{:.2},\"max_ms\":{:.2}}}",
+        ms(latencies[49]),
+        ms(latencies[98]),
+        ms(latencies[99])
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
+    let bin = env!("CARGO_BIN_EXE_load-control-operator");
+    let help = String::from_utf8(Command::new(bin).arg("--help").output().unwrap().stdout).unwrap();
+    assert!(
+        help.contains("--standalone") && help.contains("--config"),
+        "{help}"
+    );
+    let env = Env::start(|_| {}).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(
+        &config,
+        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9/nifi'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\nlogging: {{format: text}}\n", env.db.url),
+    )
+    .unwrap();
+    let no_receiver =
+        std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(
+        &no_receiver,
+        format!("database: {{url: '{}'}}\n", env.db.url),
+    )
+    .unwrap();
+    let refused = Command::new(bin)
+        .args(["--standalone", "--config", no_receiver.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("nifi.receiver_url"));
+
+    let mut child = Command::new(bin)
+        .args(["--standalone", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut leading = false;
+    while Instant::now() < deadline && !leading {
+        if let Ok(r) = client.get(format!("{base}/metrics")).send().await {
+            leading = r.text().await.unwrap().lines().any(|l| l == "lca_leader 1");
+        }
+        if !leading {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(leading, "the only operator leads");
+    assert_eq!(
+        client
+            .get(format!("{base}/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    assert_eq!(
+        client
+            .get(format!("{base}/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch")
+        .fetch_one(&mut env.conn().await)
+        .await
+        .unwrap();
+    assert!(epoch >= 1);
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "graceful exit: {status:?}");
+    // Leadership was released: the advisory lock is free again.
+    let (free,): (bool,) =
+        sqlx::query_as("SELECT pg_try_advisory_lock(hashtext('load_control_leader'))")
+            .fetch_one(&mut env.conn().await)
+            .await
+            .unwrap();
+    assert!(free);
+}

@@ -1,0 +1,442 @@
+//! Every sweeper rule (CONTRACT §7.2), driven by moving the ledger's timestamps into the past;
+//! four sweepers at once; fencing.
+mod common;
+use common::*;
+use ledger::LedgerError;
+use std::time::Duration;
+use uuid::Uuid;
+
+async fn sweep(env: &Env) -> ledger::SweepReport {
+    let fence = env.fence().await;
+    env.ledger
+        .sweep(&fence)
+        .await
+        .unwrap()
+        .expect("tick lock free")
+}
+
+#[tokio::test]
+async fn fail_mode_times_out_a_run_with_a_stale_partition() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("K", &[3, 3]).await;
+    let (fresh, _) = env.extracting("FRESH", &[3]).await;
+    env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '91 minutes' WHERE run_id = $1 AND partition_id = '0001'", run).await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("timeout_stale_partition"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("TIMED_OUT")
+    );
+    assert_eq!(
+        env.text(
+            "SELECT error_code FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("PARTITION_STALE")
+    );
+    assert_eq!(
+        env.text(
+            "SELECT error_message FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("stale partitions: 0001")
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'TIMED_OUT' AND error_code = 'PARTITION_STALE'", run).await, 2);
+    assert_eq!(env.events(run, "RUN_TIMED_OUT").await, 1);
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            fresh
+        )
+        .await
+        .as_deref(),
+        Some("EXTRACTING")
+    );
+    assert!(
+        sweep(&env).await.actions.is_empty(),
+        "a second tick finds nothing"
+    );
+}
+
+#[tokio::test]
+async fn reissue_mode_resets_the_partition_and_a_late_owner_is_refused() {
+    let env = Env::start(|c| c.recovery.mode = lcconfig::config::RecoveryMode::Reissue).await;
+    let (run, tokens) = env.extracting("K", &[6]).await;
+    env.ledger
+        .report_chunk(
+            run,
+            "0000",
+            &ledger::ChunkReport {
+                claim_token: tokens[0],
+                chunk_index: 0,
+                chunk_count: 2,
+                fragment_identifier: None,
+                hdfs_path: format!("/data/JOB/run_id={run}/p=0000/a.parquet"),
+                record_count: 3,
+                byte_count: None,
+            },
+        )
+        .await
+        .unwrap();
+    env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("reissue_partition"), Some(&1));
+    let (status, token, code): (String, Option<Uuid>, String) = sqlx::query_as(
+        "SELECT status, claim_token, error_code FROM nifi_ops.load_partition WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), token, code.as_str()),
+        ("RETRY", None, "HEARTBEAT_STALE")
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND status = 'FAILED'",
+            run
+        )
+        .await,
+        1
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'REISSUE_PARTITION' AND status = 'PENDING'", run).await, 1);
+    assert_eq!(env.events(run, "RECOVERY_REISSUED").await, 1);
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("EXTRACTING")
+    );
+    // The original owner's late report is refused and writes nothing.
+    let late = env
+        .ledger
+        .fail_partition(
+            run,
+            "0000",
+            &ledger::PartitionFailure {
+                claim_token: tokens[0],
+                error_stage: "E".into(),
+                error_class: "C".into(),
+                error_code: "X".into(),
+                message: String::new(),
+                attempt: None,
+            },
+        )
+        .await;
+    assert!(matches!(late, Err(LedgerError::ClaimMismatch)));
+    // A new claim acknowledges the reissue; its dispatch is ACKED.
+    let claim = env
+        .ledger
+        .claim_partition(run, "0000", Uuid::new_v4(), "nifi-02")
+        .await
+        .unwrap();
+    assert_eq!((claim.claimed, claim.attempt), (true, 2));
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND status = 'ACKED'",
+            run
+        )
+        .await,
+        1
+    );
+}
+
+#[tokio::test]
+async fn reissue_gives_up_after_max_attempts() {
+    let env = Env::start(|c| {
+        c.recovery.mode = lcconfig::config::RecoveryMode::Reissue;
+        c.recovery.max_attempts = 1;
+    })
+    .await;
+    let (run, _) = env.extracting("K", &[6]).await;
+    env.validated("OTHER").await;
+    env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
+    env.exec("INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id) VALUES (gen_random_uuid(), $1, 'REISSUE_PARTITION', '0000')", run).await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("timeout_stale_partition"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT error_code FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("REISSUE_ATTEMPTS_EXHAUSTED")
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND status IN ('PENDING','SENT')", run).await, 0, "settled with the run");
+}
+
+#[tokio::test]
+async fn run_deadline_ends_created_and_extracting_runs() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("K", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("timeout_run_deadline"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT error_message FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("run exceeded run_timeout PT6H in EXTRACTING")
+    );
+    assert_eq!(env.scalar("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'TIMED_OUT' AND error_code = 'RUN_TIMEOUT'", run).await, 1);
+}
+
+#[tokio::test]
+async fn unacknowledged_dispatches_are_requeued_then_dead() {
+    let env = Env::start(|c| c.dispatch.max_attempts = 2).await;
+    let (run, dispatch) = env.validated("K").await;
+    env.exec("UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 1, sent_at = now() - interval '11 minutes' WHERE run_id = $1", run).await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("requeue_dispatch"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT status || ':' || last_error FROM nifi_ops.load_dispatch WHERE dispatch_id = $1",
+            dispatch
+        )
+        .await
+        .as_deref(),
+        Some("PENDING:ack timeout, requeued by sweeper")
+    );
+    assert_eq!(env.events(run, "DISPATCH_REQUEUED").await, 1);
+    env.exec("UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 2, sent_at = now() - interval '11 minutes' WHERE run_id = $1", run).await;
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("dead_dispatch"), Some(&1));
+    assert_eq!(report.dead_by_type.get("VALIDATE_RUN"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT last_error FROM nifi_ops.load_dispatch WHERE dispatch_id = $1",
+            dispatch
+        )
+        .await
+        .as_deref(),
+        Some("no ack after 2 attempts (ack timeout)")
+    );
+    assert_eq!(env.events(run, "DISPATCH_DEAD").await, 1);
+}
+
+#[tokio::test]
+async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unknown() {
+    let env = Env::start(|_| {}).await;
+    let (run, dispatch) = env.validated("K").await;
+    env.ledger
+        .start_validation(run, dispatch, "n")
+        .await
+        .unwrap();
+    env.exec(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '3 hours' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    assert_eq!(sweep(&env).await.actions.get("stale_alert"), Some(&1));
+    assert_eq!(
+        sweep(&env).await.actions.get("stale_alert"),
+        None,
+        "once per validation_stale window"
+    );
+    assert_eq!(env.text("SELECT processor_name FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT'", run).await.as_deref(), Some("sweeper"));
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("STAGE_VALIDATING"),
+        "alerts change nothing"
+    );
+
+    let (run2, d2) = env.validated("P").await;
+    env.ledger.start_validation(run2, d2, "n").await.unwrap();
+    env.ledger
+        .store_metrics(
+            run2,
+            ledger::MetricStage::Staging,
+            "v1",
+            &[ledger::MetricItem {
+                metric_name: "X".into(),
+                expected_value: None,
+                actual_value: None,
+                tolerance: None,
+                result: "PASS".into(),
+                details: Default::default(),
+            }],
+        )
+        .await
+        .unwrap();
+    env.ledger.stage_validated(run2).await.unwrap();
+    let token = Uuid::new_v4();
+    assert!(env.ledger.claim_publish(run2, token).await.unwrap().claimed);
+    env.exec("UPDATE nifi_ops.load_run SET publish_started_at = now() - interval '3 hours' WHERE run_id = $1", run2).await;
+    assert_eq!(sweep(&env).await.actions.get("publish_unknown"), Some(&1));
+    assert_eq!(
+        env.text(
+            "SELECT status || ':' || error_code FROM nifi_ops.load_run WHERE run_id = $1",
+            run2
+        )
+        .await
+        .as_deref(),
+        Some("PUBLISH_UNKNOWN:PUBLISH_STALE")
+    );
+    // A late PUBLISHED is never confirmed automatically, and later ticks change nothing.
+    let late = env
+        .ledger
+        .publish_result(run2, token, ledger::RunStatus::Published, None, "")
+        .await;
+    assert!(matches!(late, Err(LedgerError::RunStatusMismatch { .. })));
+    assert_eq!(sweep(&env).await.actions.get("publish_unknown"), None);
+}
+
+#[tokio::test]
+async fn old_events_of_cleaned_runs_are_purged() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("K", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET cleaned_at = now() WHERE run_id = $1",
+        run,
+    )
+    .await;
+    env.exec(
+        "UPDATE nifi_ops.load_event SET event_time = now() - interval '91 days' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let before = env
+        .scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run,
+        )
+        .await;
+    assert_eq!(
+        sweep(&env).await.actions.get("events_deleted"),
+        Some(&(before as u64))
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run
+        )
+        .await,
+        0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn four_sweepers_at_once_act_once() {
+    let env = Env::start(|c| c.recovery.mode = lcconfig::config::RecoveryMode::Reissue).await;
+    let mut runs = vec![];
+    for i in 0..6 {
+        let (run, _) = env.extracting(&format!("K{i}"), &[3, 3]).await;
+        env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
+        runs.push(run);
+    }
+    let fence = env.fence().await;
+    let reports = futures_join(&env, &fence).await;
+    let total: u64 = reports
+        .iter()
+        .filter_map(|r| r.as_ref())
+        .map(|r| r.actions.get("reissue_partition").copied().unwrap_or(0))
+        .sum();
+    assert_eq!(total, 12, "every stale partition reissued exactly once");
+    for run in runs {
+        assert_eq!(
+            env.scalar(
+                "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1",
+                run
+            )
+            .await,
+            2
+        );
+    }
+}
+
+async fn futures_join(env: &Env, fence: &ledger::Fence) -> Vec<Option<ledger::SweepReport>> {
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let (ledger, fence) = (env.ledger.clone(), fence.clone());
+        set.spawn(async move { ledger.sweep(&fence).await.unwrap() });
+    }
+    set.join_all().await
+}
+
+#[tokio::test]
+async fn a_deposed_leader_writes_nothing() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.validated("K").await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let (stale_run, _) = env.extracting("S", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+        stale_run,
+    )
+    .await;
+    let old = env.fence().await;
+    let new = env.ledger.acquire_epoch("new-leader").await.unwrap();
+    assert!(new.epoch > old.epoch);
+    assert!(matches!(
+        env.ledger.lease_dispatches(&old, 20).await,
+        Err(LedgerError::Fenced { .. })
+    ));
+    assert!(matches!(
+        env.ledger.sweep(&old).await,
+        Err(LedgerError::Fenced { .. })
+    ));
+    assert_eq!(
+        env.scalar(
+            "SELECT attempt_count::bigint FROM nifi_ops.load_dispatch WHERE run_id = $1",
+            run
+        )
+        .await,
+        0,
+        "no lease written"
+    );
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            stale_run
+        )
+        .await
+        .as_deref(),
+        Some("EXTRACTING"),
+        "no sweep written"
+    );
+    assert_eq!(
+        env.ledger.lease_dispatches(&new, 20).await.unwrap().len(),
+        1
+    );
+    assert_eq!(
+        env.ledger
+            .sweep(&new)
+            .await
+            .unwrap()
+            .unwrap()
+            .actions
+            .get("timeout_run_deadline"),
+        Some(&1)
+    );
+    let _ = Duration::ZERO;
+}
