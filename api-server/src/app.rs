@@ -785,7 +785,7 @@ pub async fn resolve_publish_unknown(
     let (resolution, reason) = body.expect("validated");
     Ok(Json(
         s.0.ledger
-            .resolve_publish_unknown(run_id, resolution, &reason, &c.0.actor())
+            .resolve_publish_unknown(run_id, resolution, &reason, &c.0.actor(), None)
             .await?,
     ))
 }
@@ -802,7 +802,7 @@ pub async fn cancel_run(
     input.problems.check()?;
     Ok(Json(
         s.0.ledger
-            .cancel_run(run_id, &reason.expect("validated"), &c.0.actor())
+            .cancel_run(run_id, &reason.expect("validated"), &c.0.actor(), None)
             .await?,
     ))
 }

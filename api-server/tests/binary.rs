@@ -120,6 +120,7 @@ async fn migrate_twice_at_once_then_serve() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
+    testkit::install_crypto();
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/readyz");
     let mut ready = None;

@@ -24,6 +24,7 @@ pub use ops::claim::ClaimOutcome;
 pub use ops::cleanup::{CleanupCandidate, CleanupRecorded};
 pub use ops::create::{CreatedRun, NewRun};
 pub use ops::dispatch::{DispatchRequest, LeasedDispatch, Recorded, SendOutcome};
+pub use ops::jobs::{JobSummary, JobWrite, MirroredRun, RunBrief};
 pub use ops::leader::{Fence, LEADER_NAME};
 pub use ops::manifest::{DispatchPartition, ManifestOutcome};
 pub use ops::monitor::{Alert, EventView, MonitorSummary};

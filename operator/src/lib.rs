@@ -3,7 +3,9 @@
 //! write goes through one fenced ledger operation; this crate only decides when to call them and
 //! makes the HTTP calls in between.
 pub mod dispatcher;
+pub mod kube_loops;
 pub mod leadership;
+pub mod lease;
 pub mod metrics;
 pub mod process;
 pub mod sweeper;

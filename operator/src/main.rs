@@ -15,7 +15,9 @@ use std::process::ExitCode;
     about = "load-control leader process: delivers dispatches to NiFi and sweeps stalled runs.",
     long_about = "load-control leader process.\n\nOnly the leader dispatches and sweeps; every ledger write it makes is fenced by a \
 leadership epoch, so a deposed process can never write. With --standalone, leadership is the PostgreSQL advisory lock \
-hashtext('load_control_leader') held on a dedicated connection (hosts without Kubernetes, local development).\n\n\
+hashtext('load_control_leader') held on a dedicated connection (hosts without Kubernetes, local development); \
+otherwise it is the Lease load-control-leader in --namespace, and the process also runs the LoadJob controller and \
+the LoadRun mirror.\n\n\
 Configuration: --config PATH, else $LCA_CONFIG, else ./config/config.yaml, with LCA_<SECTION>__<KEY> overrides; \
 nifi.receiver_url is required."
 )]
@@ -26,6 +28,9 @@ struct Cli {
     /// Run dispatcher and sweeper without Kubernetes, led by a PostgreSQL advisory lock.
     #[arg(long)]
     standalone: bool,
+    /// Namespace of the leader Lease (Kubernetes mode).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    namespace: String,
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -52,9 +57,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     .await
     .context("connecting to the database")?;
     let identity = default_identity();
-    let leadership =
-        AdvisoryLockLeadership::new(&config.database_url(), ledger.clone(), identity.clone());
-    let operator = Operator::start(&config, ledger.clone(), leadership)?;
+    let mut operator = if cli.standalone {
+        let leadership =
+            AdvisoryLockLeadership::new(&config.database_url(), ledger.clone(), identity.clone());
+        Operator::start(&config, ledger.clone(), leadership)?
+    } else {
+        let client = kube::Client::try_default()
+            .await
+            .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
+        Operator::start_kubernetes(&config, ledger.clone(), client, &cli.namespace, &identity)?
+    };
     if let Some(port) = config.worker.metrics_port {
         let addr = format!("{}:{port}", config.worker.metrics_host);
         let listener = tokio::net::TcpListener::bind(&addr)
@@ -63,8 +75,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let app = health_router(ledger, operator.metrics.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
-    tracing::info!(event = "operator_started", identity = %identity, mode = "standalone", "operator process started");
-    shutdown_signal().await;
+    let mode = if cli.standalone {
+        "standalone"
+    } else {
+        "kubernetes"
+    };
+    tracing::info!(event = "operator_started", identity = %identity, mode, "operator process started");
+    tokio::select! {
+        _ = shutdown_signal() => {}
+        // Only the leader may write; if leadership handling dies, so does the process.
+        e = operator.died() => return Err(e),
+    }
     tracing::info!(
         event = "shutdown_requested",
         "stopping: in-flight sends finish, then leadership is released"

@@ -21,6 +21,8 @@ pub struct Operator {
     pub fence: watch::Receiver<Option<Fence>>,
     shutdown: watch::Sender<bool>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    /// The Kubernetes loops, when running under Kubernetes.
+    loops: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Operator {
@@ -70,13 +72,85 @@ impl Operator {
             fence: fence_rx,
             shutdown: shutdown_tx,
             task,
+            loops: vec![],
         })
+    }
+
+    /// Under Kubernetes: Lease leadership, and the LoadJob controller and LoadRun mirror beside
+    /// the dispatcher and sweeper (all acting only while leading).
+    pub fn start_kubernetes(
+        config: &Config,
+        ledger: Ledger,
+        client: kube::Client,
+        namespace: &str,
+        identity: &str,
+    ) -> anyhow::Result<Operator> {
+        let leadership = crate::lease::KubeLeaseLeadership::new(
+            client.clone(),
+            namespace,
+            ledger.clone(),
+            identity.to_string(),
+        );
+        let mut op = Operator::start(config, ledger.clone(), leadership)?;
+        let ctx = Arc::new(crate::kube_loops::Context {
+            recorder: crate::kube_loops::recorder(client.clone(), identity),
+            client,
+            ledger,
+            fence: op.fence.clone(),
+            lease: config.dispatch.lease.0,
+            wake_mirror: Arc::new(Notify::new()),
+        });
+        let listen = config
+            .database
+            .listen_dsn
+            .clone()
+            .unwrap_or_else(|| config.database_url());
+        op.loops
+            .push(tokio::spawn(crate::kube_loops::run_job_controller(
+                ctx.clone(),
+                op.shutdown.subscribe(),
+            )));
+        op.loops.push(tokio::spawn(crate::kube_loops::run_mirror(
+            ctx,
+            listen,
+            Duration::from_secs(30),
+            op.shutdown.subscribe(),
+        )));
+        Ok(op)
     }
 
     /// Stops leasing, lets in-flight sends finish, releases leadership.
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
+        for l in self.loops {
+            if tokio::time::timeout(Duration::from_secs(10), l)
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    event = "shutdown_timeout",
+                    "a Kubernetes loop did not stop in time"
+                );
+            }
+        }
         self.task.await?
+    }
+
+    /// Ends the process abruptly, as a crash would: nothing is released (tests of takeover).
+    pub fn kill(self) {
+        self.task.abort();
+        for l in self.loops {
+            l.abort();
+        }
+    }
+
+    /// Resolves if the leadership task ends on its own (it should run until `stop`).
+    pub async fn died(&mut self) -> anyhow::Error {
+        match (&mut self.task).await {
+            Ok(Ok(())) => anyhow::anyhow!("the leadership task ended"),
+            Ok(Err(e)) => e.context("the leadership task failed"),
+            Err(e) => anyhow::anyhow!("the leadership task died: {e}"),
+        }
     }
 
     /// Waits until this process leads (or `limit` passes) and returns its fence.

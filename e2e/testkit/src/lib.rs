@@ -10,6 +10,12 @@ use std::path::PathBuf;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
+/// Installs ring as the process's rustls provider (the only one the project uses); HTTP clients
+/// built with `rustls-no-provider` need it before they are created.
+pub fn install_crypto() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 pub struct TestDb {
     pub name: String,
     pub url: String,
@@ -86,6 +92,7 @@ async fn template(admin: &str) -> String {
 impl TestDb {
     /// A new database with the whole ledger schema, for one test.
     pub async fn fresh() -> TestDb {
+        install_crypto();
         let admin = admin_url();
         let tpl = template(&admin).await;
         let name = format!("t_{}", Uuid::new_v4().simple());
@@ -104,6 +111,7 @@ impl TestDb {
 
     /// A new database without any schema (for migration tests).
     pub async fn empty() -> TestDb {
+        install_crypto();
         let admin = admin_url();
         let name = format!("t_{}", Uuid::new_v4().simple());
         let mut conn = PgConnection::connect(&admin)

@@ -5,6 +5,7 @@ pub mod cleanup;
 mod complete;
 pub mod create;
 pub mod dispatch;
+pub mod jobs;
 pub mod leader;
 pub mod manifest;
 pub mod monitor;

@@ -35,13 +35,18 @@ pub fn cancellable(s: RunStatus) -> bool {
 }
 
 impl Ledger {
+    /// `fence` is set when the Kubernetes operator acts on a LoadRun's `spec.cancel` (§7.1).
     pub async fn cancel_run(
         &self,
         run_id: Uuid,
         reason: &str,
         actor: &Actor,
+        fence: Option<&super::leader::Fence>,
     ) -> LedgerResult<CancelOutcome> {
         transaction!(self, |conn| async {
+            if let Some(f) = fence {
+                super::leader::check_fence(conn, f).await?;
+            }
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
             if status == RunStatus::Cancelled {

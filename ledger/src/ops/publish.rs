@@ -144,8 +144,12 @@ impl Ledger {
         resolution: RunStatus,
         reason: &str,
         actor: &Actor,
+        fence: Option<&super::leader::Fence>,
     ) -> LedgerResult<StatusChange> {
         transaction!(self, |conn| async {
+            if let Some(f) = fence {
+                super::leader::check_fence(conn, f).await?;
+            }
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
             if status == resolution {

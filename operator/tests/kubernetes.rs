@@ -1,0 +1,505 @@
+//! The operator against a real kube-apiserver + etcd (e2e/kubetest) and a real PostgreSQL, with
+//! NiFi's side played over real HTTP against the api-server.
+mod common;
+use common::*;
+use crds::{LoadJob, LoadRun};
+use kube::Api;
+use kube::api::{DeleteParams, ListParams};
+use kubetest::ControlPlane;
+use lcoperator::process::Operator;
+use serde_json::{Value, json};
+use std::future::Future;
+use std::time::{Duration, Instant};
+use uuid::Uuid;
+
+/// Polls `probe` until it yields `Some` (bounded); the condition, not a sleep, is what is awaited.
+async fn eventually<T, F: Future<Output = Option<T>>>(
+    what: &str,
+    limit: Duration,
+    mut probe: impl FnMut() -> F,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+struct Cluster {
+    cp: ControlPlane,
+    ns: String,
+    env: Env,
+    api: String,
+    http: reqwest::Client,
+}
+
+const NIFI: &str = "nifi-token";
+
+async fn cluster() -> Cluster {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let all: String = crds::crd_yaml()
+        .into_iter()
+        .map(|(_, y)| format!("{y}\n---\n"))
+        .collect();
+    cp.install_crds(&all).await.unwrap();
+    let ns = cp.create_namespace("lc").await.unwrap();
+    let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
+    let mut api_config = env.config.clone();
+    api_config.auth.tokens = vec![lcconfig::config::TokenEntry {
+        name: "nifi".into(),
+        role: "nifi".into(),
+        sha256: load_control_api::auth::sha256_hex(NIFI),
+    }];
+    api_config.logging.access_log = false;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let api = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(load_control_api::server::serve(
+        api_config,
+        env.ledger.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    Cluster {
+        cp,
+        ns,
+        env,
+        api,
+        http: reqwest::Client::new(),
+    }
+}
+
+impl Cluster {
+    fn apply(&self, yaml: &str) -> std::process::Output {
+        let path = std::env::temp_dir().join(format!("lc-{}.yaml", Uuid::new_v4().simple()));
+        std::fs::write(&path, yaml).unwrap();
+        let out = self
+            .cp
+            .kubectl()
+            .args(["apply", "-n", &self.ns, "-f", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let r = self
+            .http
+            .post(format!("{}{path}", self.api))
+            .bearer_auth(NIFI)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        (r.status().as_u16(), r.json().await.unwrap())
+    }
+
+    async fn operator(&self, identity: &str) -> Operator {
+        Operator::start_kubernetes(
+            &self.env.config,
+            self.env.ledger.clone(),
+            self.cp.client().await.unwrap(),
+            &self.ns,
+            identity,
+        )
+        .unwrap()
+    }
+
+    async fn job_row(&self, job_key: &str) -> Option<(bool, Value, String, bool)> {
+        sqlx::query_as::<_, (bool, sqlx::types::Json<Value>, String, bool)>(
+            "SELECT suspended, settings, source, removed_at IS NOT NULL FROM nifi_ops.load_job WHERE job_key = $1",
+        )
+        .bind(job_key)
+        .fetch_optional(&mut self.env.conn().await)
+        .await
+        .unwrap()
+        .map(|(a, b, c, d)| (a, b.0, c, d))
+    }
+
+    async fn condition(&self, name: &str, type_: &str) -> Option<(String, String)> {
+        let job = Api::<LoadJob>::namespaced(self.cp.client().await.unwrap(), &self.ns)
+            .get_opt(name)
+            .await
+            .ok()??;
+        job.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| (c.status, c.reason))
+    }
+
+    async fn run_phase(&self, run: Uuid) -> Option<LoadRun> {
+        let runs = Api::<LoadRun>::namespaced(self.cp.client().await.unwrap(), &self.ns)
+            .list(&ListParams::default())
+            .await
+            .ok()?;
+        runs.items
+            .into_iter()
+            .find(|r| r.spec.run_id == run.to_string())
+    }
+
+    async fn wait_phase(&self, run: Uuid, phase: &str) -> LoadRun {
+        eventually(
+            &format!("LoadRun phase {phase}"),
+            Duration::from_secs(20),
+            || async {
+                self.run_phase(run)
+                    .await
+                    .filter(|r| r.status.as_ref().is_some_and(|s| s.phase == phase))
+            },
+        )
+        .await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loadjobs_write_the_ledger_report_conditions_and_suspend_creates() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: insp}\nspec:\n  jobKey: INSP\n  recovery: {mode: REISSUE, stale: 2h}\n  cleanup: {failedRetention: P30D}\n");
+    let row = eventually("load_job row", Duration::from_secs(20), || {
+        c.job_row("INSP")
+    })
+    .await;
+    assert_eq!(
+        row.1,
+        json!({"recovery": {"mode": "REISSUE", "stale": "2h"}, "cleanup": {"failed_retention": "P30D"}})
+    );
+    assert_eq!(
+        (row.0, row.2.as_str(), row.3),
+        (false, format!("LoadJob/{}/insp", c.ns).as_str(), false)
+    );
+    eventually("Ready=True", Duration::from_secs(20), || async {
+        c.condition("insp", "Ready").await.filter(|r| r.0 == "True")
+    })
+    .await;
+
+    // Invalid: stale below the extract query timeout. Reported, never applied.
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: bad}\nspec:\n  jobKey: BAD\n  recovery: {stale: 30m}\n");
+    let (_, reason) = eventually("Ready=False", Duration::from_secs(20), || async {
+        c.condition("bad", "Ready").await.filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(reason, "InvalidSpec");
+    assert!(
+        c.job_row("BAD").await.is_none(),
+        "no ledger change for an invalid spec"
+    );
+
+    // The same jobKey from a second LoadJob: conflict, nothing written.
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: insp-copy}\nspec: {jobKey: INSP, suspend: true}\n");
+    let (_, reason) = eventually("JobKeyConflict", Duration::from_secs(20), || async {
+        c.condition("insp-copy", "Ready")
+            .await
+            .filter(|r| r.0 == "False")
+    })
+    .await;
+    assert_eq!(reason, "JobKeyConflict");
+    assert!(!c.job_row("INSP").await.unwrap().0);
+
+    // Suspend: creates are refused with 409 JOB_SUSPENDED.
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: insp}\nspec:\n  jobKey: INSP\n  suspend: true\n");
+    eventually("suspended row", Duration::from_secs(20), || async {
+        c.job_row("INSP").await.filter(|r| r.0)
+    })
+    .await;
+    let (status, body) = c.post("/v1/runs", json!({"jobKey": "INSP", "businessKey": "K", "hdfsRoot": "/d", "stageTablePrefix": "t"})).await;
+    assert_eq!(
+        (status, body["code"].as_str().unwrap()),
+        (409, "JOB_SUSPENDED")
+    );
+    eventually("Suspended=True", Duration::from_secs(20), || async {
+        c.condition("insp", "Suspended")
+            .await
+            .filter(|r| r.0 == "True")
+    })
+    .await;
+
+    // Deleting the LoadJob marks the row removed (kept for history).
+    Api::<LoadJob>::namespaced(c.cp.client().await.unwrap(), &c.ns)
+        .delete("insp", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("removed row", Duration::from_secs(20), || async {
+        c.job_row("INSP").await.filter(|r| r.3)
+    })
+    .await;
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loadruns_follow_the_ledger_and_carry_operator_requests() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: daily}\nspec: {jobKey: DAILY}\n");
+    eventually("load_job row", Duration::from_secs(20), || {
+        c.job_row("DAILY")
+    })
+    .await;
+
+    let (_, created) = c.post("/v1/runs", json!({"jobKey": "DAILY", "businessKey": "2026-09-28", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    let run: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+    let lr = c.wait_phase(run, "CREATED").await;
+    assert_eq!(
+        lr.metadata.name.as_deref().unwrap(),
+        format!("daily-2026-09-28-{}", &run.simple().to_string()[..8])
+    );
+    assert_eq!(
+        lr.metadata.owner_references.as_ref().unwrap()[0].kind,
+        "LoadJob"
+    );
+    let manifest = json!({"snapshotScn": "42", "sourceCount": 5, "plannedPartitionCount": 1,
+        "partitions": [{"partitionId": "0000", "lowerBound": "0", "upperBound": "9", "upperInclusive": true, "expectedRowCount": 5}]});
+    c.post(&format!("/v1/runs/{run}/manifest"), manifest).await;
+    c.wait_phase(run, "EXTRACTING").await;
+    let token = Uuid::new_v4();
+    c.post(
+        &format!("/v1/runs/{run}/partitions/0000/claim"),
+        json!({"claimToken": token, "workerNode": "n1"}),
+    )
+    .await;
+    c.post(
+        &format!("/v1/runs/{run}/partitions/0000/chunks"),
+        json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 1,
+        "hdfsPath": format!("/data/DAILY/run_id={run}/p/0.parquet"), "recordCount": 5}),
+    )
+    .await;
+    let lr = c.wait_phase(run, "EXTRACTED_VALIDATED").await;
+    let st = lr.status.unwrap();
+    assert_eq!(
+        (
+            st.partitions_summary.as_str(),
+            st.counts.extracted,
+            st.dispatches.pending
+        ),
+        ("1/1", 5, 1)
+    );
+    let (dispatch,): (Uuid,) =
+        sqlx::query_as("SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&mut c.env.conn().await)
+            .await
+            .unwrap();
+    c.post(
+        &format!("/v1/runs/{run}/validation/start"),
+        json!({"dispatchId": dispatch}),
+    )
+    .await;
+    c.wait_phase(run, "STAGE_VALIDATING").await;
+    c.post(&format!("/v1/runs/{run}/validations"), json!({"stage": "STAGING", "metrics": [{"metricName": "STAGE_COUNT", "actualValue": "5", "result": "PASS"}]})).await;
+    c.post(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+        .await;
+    c.wait_phase(run, "STAGING_VALIDATED").await;
+    let publish = Uuid::new_v4();
+    c.post(
+        &format!("/v1/runs/{run}/publish/claim"),
+        json!({"publishToken": publish}),
+    )
+    .await;
+    c.wait_phase(run, "PUBLISHING").await;
+    c.post(
+        &format!("/v1/runs/{run}/publish/result"),
+        json!({"publishToken": publish, "outcome": "PUBLISH_UNKNOWN", "message": "HS2 lost"}),
+    )
+    .await;
+    let lr = c.wait_phase(run, "PUBLISH_UNKNOWN").await;
+    let needs = lr
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NeedsOperator")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        (needs.status.as_str(), needs.reason.as_str()),
+        ("True", "PublishUnknown")
+    );
+    let name = lr.metadata.name.clone().unwrap();
+    let events = eventually("PublishUnknown Event", Duration::from_secs(20), || async {
+        let out =
+            c.cp.kubectl()
+                .args(["get", "events", "-n", &c.ns, "-o", "json"])
+                .output()
+                .unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["reason"] == "PublishUnknown")
+            .then_some(v)
+    })
+    .await;
+    assert!(
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["regarding"]["name"] == name.as_str()
+                || e["involvedObject"]["name"] == name.as_str())
+    );
+
+    // The operator resolves it on the LoadRun, not over HTTP.
+    let patch = r#"{"spec":{"resolution":{"outcome":"PUBLISHED","reason":"rows verified in the target table"}}}"#;
+    let out =
+        c.cp.kubectl()
+            .args([
+                "patch",
+                "loadrun",
+                &name,
+                "-n",
+                &c.ns,
+                "--type=merge",
+                "-p",
+                patch,
+            ])
+            .output()
+            .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    c.wait_phase(run, "PUBLISHED").await;
+    let (details,): (Value,) = sqlx::query_as("SELECT details FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'PUBLISH_UNKNOWN_RESOLVED'")
+        .bind(run)
+        .fetch_one(&mut c.env.conn().await)
+        .await
+        .unwrap();
+    assert_eq!(details["operator"], format!("kubernetes:{}/{name}", c.ns));
+    c.post(&format!("/v1/runs/{run}/validations"), json!({"stage": "TARGET", "metrics": [{"metricName": "TARGET_COUNT", "actualValue": "5", "result": "PASS"}]})).await;
+    c.post(&format!("/v1/runs/{run}/success"), json!({})).await;
+    let lr = c.wait_phase(run, "SUCCESS").await;
+    let succeeded = lr
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Succeeded")
+        .unwrap();
+    assert_eq!(succeeded.status, "True");
+
+    // A second run, cancelled through spec.cancel.
+    let (_, created) = c.post("/v1/runs", json!({"jobKey": "DAILY", "businessKey": "2026-09-29", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    let run2: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+    let lr2 = c.wait_phase(run2, "CREATED").await;
+    let out =
+        c.cp.kubectl()
+            .args([
+                "patch",
+                "loadrun",
+                lr2.metadata.name.as_deref().unwrap(),
+                "-n",
+                &c.ns,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"cancel":{"reason":"wrong business date"}}}"#,
+            ])
+            .output()
+            .unwrap();
+    assert!(out.status.success());
+    let lr2 = c.wait_phase(run2, "CANCELLED").await;
+    let conds = lr2.status.unwrap().conditions;
+    assert_eq!(
+        conds
+            .iter()
+            .find(|c| c.type_ == "Cancelled")
+            .unwrap()
+            .status,
+        "True"
+    );
+    assert_eq!(
+        conds.iter().find(|c| c.type_ == "Failed").unwrap().status,
+        "False"
+    );
+
+    let table =
+        c.cp.kubectl()
+            .args(["get", "loadjobs,loadruns", "-n", &c.ns])
+            .output()
+            .unwrap();
+    let text = String::from_utf8_lossy(&table.stdout).to_string();
+    println!("$ kubectl get loadjobs,loadruns\n{text}");
+    assert!(
+        text.contains("SUCCESS") && text.contains("CANCELLED") && text.contains("1/1"),
+        "{text}"
+    );
+    let header = text.lines().find(|l| l.contains("BUSINESSKEY")).unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        vec![
+            "NAME",
+            "JOB",
+            "BUSINESSKEY",
+            "PHASE",
+            "PARTITIONS",
+            "ROWS",
+            "AGE"
+        ]
+    );
+    op.stop().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_operator_leads_and_a_killed_leader_is_replaced_and_fenced() {
+    let c = cluster().await;
+    let mut a = c.operator("op-a").await;
+    let first = a
+        .wait_leading(Duration::from_secs(20))
+        .await
+        .expect("a leads");
+    let mut b = c.operator("op-b").await;
+    assert!(
+        b.wait_leading(Duration::from_secs(4)).await.is_none(),
+        "exactly one leads"
+    );
+    let killed = Instant::now();
+    a.kill();
+    let second = b
+        .wait_leading(Duration::from_secs(25))
+        .await
+        .expect("b takes over after the lease expires");
+    let took = killed.elapsed();
+    println!(
+        "{{\"bench\":\"lease_takeover\",\"seconds\":{:.2}}}",
+        took.as_secs_f64()
+    );
+    assert!(second.epoch > first.epoch);
+    assert_eq!(second.holder, "op-b");
+    b.stop().await.unwrap();
+    // The old leader's writes are fenced: nothing written (the new leader is stopped, so any
+    // change to this row could only come from the old epoch).
+    let (run, _) = c.env.validated("K").await;
+    assert!(matches!(
+        c.env.ledger.lease_dispatches(&first, 10).await,
+        Err(ledger::LedgerError::Fenced { .. })
+    ));
+    assert!(matches!(
+        c.env.ledger.sweep(&first).await,
+        Err(ledger::LedgerError::Fenced { .. })
+    ));
+    assert_eq!(
+        c.env
+            .scalar(
+                "SELECT attempt_count::bigint FROM nifi_ops.load_dispatch WHERE run_id = $1",
+                run
+            )
+            .await,
+        0
+    );
+}
