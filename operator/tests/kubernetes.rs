@@ -503,3 +503,229 @@ async fn one_operator_leads_and_a_killed_leader_is_replaced_and_fenced() {
         0
     );
 }
+
+fn chart_dir() -> String {
+    format!("{}/../charts/load-control", env!("CARGO_MANIFEST_DIR"))
+}
+
+fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
+    let out = cp
+        .helm()
+        .args(["template", release, &chart_dir(), "--namespace", ns])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
+    let c = cluster().await;
+    let lint = c.cp.helm().args(["lint", &chart_dir()]).output().unwrap();
+    assert!(
+        lint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+    // Apply only the chart's identity and RBAC objects, then run the operator as that identity.
+    let rendered = render(&c.cp, "rel", &c.ns);
+    let rbac: String = rendered
+        .split("\n---")
+        .filter(|d| {
+            [
+                "kind: ServiceAccount",
+                "kind: ClusterRole",
+                "kind: Role",
+                "kind: RoleBinding",
+                "kind: ClusterRoleBinding",
+            ]
+            .iter()
+            .any(|k| d.contains(k))
+        })
+        .map(|d| format!("{d}\n---\n"))
+        .collect();
+    c.apply(&rbac);
+    let sa =
+        c.cp.service_account_client(&c.ns, "rel-load-control")
+            .await
+            .unwrap();
+    let mut op = Operator::start_kubernetes(
+        &c.env.config,
+        c.env.ledger.clone(),
+        sa.clone(),
+        &c.ns,
+        "as-sa",
+    )
+    .unwrap();
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("the chart's RBAC allows the Lease");
+    let other = c.cp.create_namespace("jobs").await.unwrap();
+    let path = std::env::temp_dir().join(format!("lj-{}.yaml", Uuid::new_v4().simple()));
+    std::fs::write(&path, "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: rbac}\nspec: {jobKey: RBAC}\n").unwrap();
+    assert!(
+        c.cp.kubectl()
+            .args(["apply", "-n", &other, "-f", path.to_str().unwrap()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    eventually(
+        "load_job row written as the service account",
+        Duration::from_secs(20),
+        || c.job_row("RBAC"),
+    )
+    .await;
+    let jobs = Api::<LoadJob>::namespaced(c.cp.client().await.unwrap(), &other);
+    eventually(
+        "Ready=True patched as the service account",
+        Duration::from_secs(20),
+        || async {
+            jobs.get("rbac")
+                .await
+                .ok()?
+                .status?
+                .conditions
+                .into_iter()
+                .find(|c| c.type_ == "Ready" && c.status == "True")
+        },
+    )
+    .await;
+    let (_, created) = c.post("/v1/runs", json!({"jobKey": "RBAC", "businessKey": "K", "hdfsRoot": "/d", "stageTablePrefix": "t"})).await;
+    let run = created["runId"].as_str().unwrap().to_string();
+    let runs = Api::<LoadRun>::namespaced(c.cp.client().await.unwrap(), &other);
+    eventually(
+        "LoadRun created and its status written as the service account",
+        Duration::from_secs(20),
+        || async {
+            runs.list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|r| r.spec.run_id == run && r.status.is_some())
+        },
+    )
+    .await;
+    op.stop().await.unwrap();
+    // No broader than needed: deleting LoadJobs, reading Secrets, Leases elsewhere are refused.
+    let forbidden =
+        |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(e)) if e.code == 403);
+    assert!(forbidden(
+        Api::<LoadJob>::namespaced(sa.clone(), &other)
+            .delete("rbac", &DeleteParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(sa.clone(), &c.ns)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    assert!(forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sa, &other)
+            .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+}
+
+#[tokio::test]
+async fn helm_install_creates_every_object() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let all: String = crds::crd_yaml()
+        .into_iter()
+        .map(|(_, y)| format!("{y}\n---\n"))
+        .collect();
+    cp.install_crds(&all).await.unwrap();
+    let ns = cp.create_namespace("helm").await.unwrap();
+    let rendered = render(&cp, "lc", &ns);
+    assert!(
+        rendered.contains("helm.sh/hook: pre-install,pre-upgrade"),
+        "the migration runs as a hook"
+    );
+    assert!(
+        rendered.contains("readOnlyRootFilesystem: true")
+            && rendered.contains("runAsNonRoot: true")
+    );
+    // No nodes run pods here, so the migration hook could never finish: install without hooks.
+    let out = cp
+        .helm()
+        .args([
+            "install",
+            "lc",
+            &chart_dir(),
+            "--namespace",
+            &ns,
+            "--no-hooks",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = cp
+        .kubectl()
+        .args([
+            "get",
+            "deploy,svc,sa,cm,pdb,role,rolebinding",
+            "-n",
+            &ns,
+            "-o",
+            "name",
+        ])
+        .output()
+        .unwrap();
+    let names = String::from_utf8_lossy(&out.stdout).to_string();
+    for obj in [
+        "deployment.apps/lc-load-control",
+        "service/lc-load-control",
+        "serviceaccount/lc-load-control",
+        "configmap/lc-load-control",
+        "poddisruptionbudget.policy/lc-load-control",
+        "role.rbac.authorization.k8s.io/lc-load-control-leader",
+        "rolebinding.rbac.authorization.k8s.io/lc-load-control-leader",
+    ] {
+        assert!(
+            names.lines().any(|l| l == obj),
+            "{obj} missing from:\n{names}"
+        );
+    }
+    let cluster = cp
+        .kubectl()
+        .args([
+            "get",
+            "clusterrole/lc-load-control",
+            "clusterrolebinding/lc-load-control",
+            "-o",
+            "name",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        cluster.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cluster.stderr)
+    );
+    let deploy = cp
+        .kubectl()
+        .args(["get", "deploy/lc-load-control", "-n", &ns, "-o", "json"])
+        .output()
+        .unwrap();
+    let d: Value = serde_json::from_slice(&deploy.stdout).unwrap();
+    assert_eq!(d["spec"]["replicas"], 2);
+    let containers: Vec<&str> = d["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(containers, vec!["api-server", "operator"]);
+}
