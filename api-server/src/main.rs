@@ -66,12 +66,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = load(&cli)?;
             config.validate()?;
             logging::init(&config.logging);
-            let url = config
-                .database
-                .migration_url
-                .clone()
-                .unwrap_or_else(|| config.database_url());
-            ledger::migrate::run_migrations(&url)
+            ledger::migrate::run_migrations(&config.migration_url())
                 .await
                 .context("applying migrations")?;
             tracing::info!(event = "migrations_applied", "ledger schema is up to date");
@@ -92,12 +87,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config.validate()?;
             logging::init(&config.logging);
             if *migrate {
-                let url = config
-                    .database
-                    .migration_url
-                    .clone()
-                    .unwrap_or_else(|| config.database_url());
-                ledger::migrate::run_migrations(&url)
+                ledger::migrate::run_migrations(&config.migration_url())
                     .await
                     .context("applying migrations")?;
             }

@@ -657,6 +657,15 @@ impl Config {
         }
     }
 
+    /// The account `migrate` uses for DDL: `database.migration_url`, else `database.url`.
+    pub fn migration_url(&self) -> String {
+        self.database
+            .migration_url
+            .as_deref()
+            .and_then(normalize_database_url)
+            .unwrap_or_else(|| self.database_url())
+    }
+
     pub fn ledger_config(&self) -> ledger::LedgerConfig {
         ledger::LedgerConfig {
             tx_attempts: self.database.tx_attempts.max(1),

@@ -291,6 +291,19 @@ pub(crate) struct JobThresholds {
 }
 
 impl JobThresholds {
+    /// The smallest value of `pick` over the global settings and every job's: the widest net a
+    /// sweeper rule casts in SQL before judging each run by its own job's value.
+    pub fn min_of(
+        &self,
+        global: &crate::settings::Thresholds,
+        pick: impl Fn(&crate::settings::Thresholds) -> std::time::Duration,
+    ) -> std::time::Duration {
+        self.by_job
+            .values()
+            .map(&pick)
+            .fold(pick(global), std::cmp::min)
+    }
+
     /// The effective settings of `job`.
     pub fn of<'a>(
         &'a self,

@@ -120,13 +120,7 @@ impl Ledger {
         c: &mut Counts,
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
-        let min_stale = jobs
-            .by_job
-            .values()
-            .map(|t| t.stale)
-            .chain([g.stale])
-            .min()
-            .unwrap_or(g.stale);
+        let min_stale = jobs.min_of(g, |t| t.stale);
         let candidates: Vec<(Uuid, String)> = sqlx::query_as(
             "SELECT r.run_id, r.job_key FROM nifi_ops.load_run r \
               WHERE r.status = 'EXTRACTING' AND EXISTS (SELECT 1 FROM nifi_ops.load_partition p WHERE p.run_id = r.run_id \
@@ -235,13 +229,7 @@ impl Ledger {
         c: &mut Counts,
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
-        let min = jobs
-            .by_job
-            .values()
-            .map(|t| t.run_timeout)
-            .chain([g.run_timeout])
-            .min()
-            .unwrap_or(g.run_timeout);
+        let min = jobs.min_of(g, |t| t.run_timeout);
         let candidates: Vec<(Uuid, String)> = sqlx::query_as(
             "SELECT run_id, job_key FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
                AND started_at < clock_timestamp() - make_interval(secs => $1) ORDER BY started_at, run_id",
@@ -328,13 +316,7 @@ impl Ledger {
         c: &mut Counts,
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
-        let min = jobs
-            .by_job
-            .values()
-            .map(|t| t.ack_timeout)
-            .chain([g.ack_timeout])
-            .min()
-            .unwrap_or(g.ack_timeout);
+        let min = jobs.min_of(g, |t| t.ack_timeout);
         let rows: Vec<UnackedRow> = sqlx::query_as(
             "SELECT d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key, \
                     extract(epoch FROM clock_timestamp() - d.sent_at)::float8 AS age_s \
@@ -416,13 +398,7 @@ impl Ledger {
         c: &mut Counts,
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
-        let min = jobs
-            .by_job
-            .values()
-            .map(|t| t.validation_stale)
-            .chain([g.validation_stale])
-            .min()
-            .unwrap_or(g.validation_stale);
+        let min = jobs.min_of(g, |t| t.validation_stale);
         let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> = sqlx::query_as(
             "SELECT run_id, job_key, business_key, status, heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
                FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
@@ -467,13 +443,7 @@ impl Ledger {
         c: &mut Counts,
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
-        let min = jobs
-            .by_job
-            .values()
-            .map(|t| t.publish_stale)
-            .chain([g.publish_stale])
-            .min()
-            .unwrap_or(g.publish_stale);
+        let min = jobs.min_of(g, |t| t.publish_stale);
         let rows: Vec<(Uuid, String, f64)> = sqlx::query_as(
             "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \
               WHERE status = 'PUBLISHING' AND publish_started_at < clock_timestamp() - make_interval(secs => $1) \
