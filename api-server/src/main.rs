@@ -85,6 +85,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.server.port = *p;
             }
             config.validate()?;
+            // Serving plain HTTP while TLS was asked for would be worse than refusing.
+            anyhow::ensure!(
+                config.server.ssl_certfile.is_none(),
+                "invalid configuration at `server.ssl_certfile`: TLS termination in the api-server is not implemented yet; \
+                 terminate TLS at the ingress or proxy"
+            );
             logging::init(&config.logging);
             if *migrate {
                 ledger::migrate::run_migrations(&config.migration_url())

@@ -52,6 +52,10 @@ fn configuration_errors_name_the_key_and_exit_non_zero() {
             "recovery.stale",
         ),
         ("server: {port: 8080}\n", "database.url"),
+        (
+            "database: {url: 'postgres://x@127.0.0.1/d'}\nserver: {ssl_certfile: /c.pem, ssl_keyfile: /k.pem}\n",
+            "server.ssl_certfile",
+        ),
     ] {
         let path = config_file(&dir, yaml);
         let out = Command::new(BIN)
