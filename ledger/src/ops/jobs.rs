@@ -171,7 +171,8 @@ impl Ledger {
         Ok(s)
     }
 
-    /// Runs of jobs that a LoadJob owns (non-removed rows with a `LoadJob/…` source).
+    /// Runs of jobs that a LoadJob owns (non-removed rows with a `LoadJob/…` source): the active ones
+    /// and those that ended within a day — older terminal runs no longer change.
     pub async fn mirrored_runs(&self) -> LedgerResult<Vec<MirroredRun>> {
         Ok(sqlx::query_as(
             "SELECT r.run_id, r.job_key, r.business_key, r.status, r.version_no, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, \
@@ -189,6 +190,9 @@ impl Ledger {
                FROM nifi_ops.load_run r \
                JOIN nifi_ops.load_job j ON j.job_key = r.job_key AND j.removed_at IS NULL AND j.source LIKE 'LoadJob/%' \
                LEFT JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \
+              WHERE r.status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
+                                 'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
+                 OR COALESCE(r.completed_at, r.heartbeat_at) > clock_timestamp() - interval '1 day' \
               GROUP BY r.run_id, j.source ORDER BY r.started_at",
         )
         .fetch_all(&self.pool)
