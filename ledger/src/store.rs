@@ -173,6 +173,25 @@ impl RunRow {
 }
 
 impl Ledger {
+    /// A read-only snapshot of one run's rows (§3.9: multi-statement reads see one state);
+    /// `RunNotFound` when the run does not exist.
+    pub(crate) async fn run_snapshot(
+        &self,
+        run_id: Uuid,
+    ) -> LedgerResult<sqlx::Transaction<'static, sqlx::Postgres>> {
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let exists: Option<(i32,)> =
+            sqlx::query_as("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run_id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        exists.ok_or(LedgerError::RunNotFound)?;
+        Ok(tx)
+    }
+
     /// `lock_run` for partition calls (claims, chunk reports, partition failures), whose wait is
     /// `lca_run_lock_wait_seconds`.
     pub(crate) async fn lock_run_timed(

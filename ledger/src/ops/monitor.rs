@@ -1,6 +1,6 @@
 //! The monitor summary and the event timeline (CONTRACT §4.20, §4.22): read-only, one snapshot.
 use super::cleanup::{DUE, JOB_CTE, bind_thresholds};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::LedgerResult;
 use crate::json::{ts, ts_opt};
 use crate::store::Ledger;
 use crate::text::cut;
@@ -167,16 +167,7 @@ impl Ledger {
 
     /// The most recent `limit` events of the run, oldest first (§4.22).
     pub async fn run_events(&self, run_id: Uuid, limit: i64) -> LedgerResult<Vec<EventView>> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let exists: Option<(i32,)> =
-            sqlx::query_as("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1")
-                .bind(run_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        exists.ok_or(LedgerError::RunNotFound)?;
+        let mut tx = self.run_snapshot(run_id).await?;
         let rows = sqlx::query_as(
             "SELECT event_time, level, name, partition_id, process_group, error_code, message, details FROM ( \
                SELECT event_time, event_level AS level, event_name AS name, partition_id, process_group, error_code, message, details, event_id \

@@ -363,16 +363,7 @@ impl Ledger {
 
     /// Stored metrics ordered SOURCE, STAGING, TARGET (others last), name, query version (§4.21).
     pub async fn metrics(&self, run_id: Uuid) -> LedgerResult<Vec<MetricView>> {
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
-            .execute(&mut *tx)
-            .await?;
-        let exists: Option<(i32,)> =
-            sqlx::query_as("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1")
-                .bind(run_id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        exists.ok_or(LedgerError::RunNotFound)?;
+        let mut tx = self.run_snapshot(run_id).await?;
         let rows = sqlx::query_as(
             "SELECT stage, metric_name, expected_value, actual_value, result, measured_at, query_version \
                FROM nifi_ops.load_validation WHERE run_id = $1 \
