@@ -3,7 +3,6 @@
 mod common;
 use common::*;
 use ledger::LedgerError;
-use std::time::Duration;
 use uuid::Uuid;
 
 async fn sweep(env: &Env) -> ledger::SweepReport {
@@ -438,5 +437,4 @@ async fn a_deposed_leader_writes_nothing() {
             .get("timeout_run_deadline"),
         Some(&1)
     );
-    let _ = Duration::ZERO;
 }
