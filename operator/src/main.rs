@@ -41,11 +41,6 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             "invalid configuration at `nifi.receiver_url`: the operator process needs NiFi's PG-05 receiver URL"
         );
     }
-    if !cli.standalone {
-        anyhow::bail!(
-            "Kubernetes mode (Lease leadership, LoadJob/LoadRun controllers) is not available yet: run with --standalone"
-        );
-    }
     lcconfig::logging::init(&config.logging);
     let _ = rustls::crypto::ring::default_provider().install_default();
     let ledger = ledger::Ledger::connect(
