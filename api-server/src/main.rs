@@ -42,6 +42,66 @@ enum Command {
     Migrate,
     /// Print the SHA-256 digest of a token read from standard input (for auth.tokens[].sha256).
     HashToken,
+    /// Check that a running load-control API answers: GET <URL>/readyz must answer 200 and
+    /// <URL>/openapi.json a JSON document. Retries until --timeout; exit 0 when both hold. Used by
+    /// the Helm chart's `helm test` hook; needs no configuration file.
+    Probe {
+        /// Base URL of the API, e.g. http://load-control:8080
+        url: String,
+        /// Seconds to keep trying before giving up.
+        #[arg(long, default_value_t = 30)]
+        timeout: u64,
+    },
+}
+
+/// One attempt of `probe`: both checks, or the first failure in words.
+async fn probe_once(client: &reqwest::Client, base: &str) -> Result<String, String> {
+    let ready = client
+        .get(format!("{base}/readyz"))
+        .send()
+        .await
+        .map_err(|e| format!("GET {base}/readyz: {e}"))?;
+    if ready.status() != reqwest::StatusCode::OK {
+        return Err(format!("GET {base}/readyz answered {}", ready.status()));
+    }
+    let doc = client
+        .get(format!("{base}/openapi.json"))
+        .send()
+        .await
+        .map_err(|e| format!("GET {base}/openapi.json: {e}"))?;
+    let status = doc.status();
+    let doc: serde_json::Value = doc
+        .json()
+        .await
+        .map_err(|e| format!("GET {base}/openapi.json: not JSON ({e})"))?;
+    let version = doc["info"]["version"].as_str().unwrap_or("?").to_string();
+    if status != reqwest::StatusCode::OK {
+        return Err(format!("GET {base}/openapi.json answered {status}"));
+    }
+    Ok(format!("{base} is ready (API version {version})"))
+}
+
+async fn probe(url: &str, timeout: u64) -> anyhow::Result<()> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(5))
+        .build()?;
+    let base = url.trim_end_matches('/');
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
+    loop {
+        match probe_once(&client, base).await {
+            Ok(message) => {
+                println!("{message}");
+                return Ok(());
+            }
+            // A Service whose endpoints are not Ready yet refuses connections: keep trying.
+            Err(e) if std::time::Instant::now() < deadline => {
+                eprintln!("load-control-api probe: {e}; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => anyhow::bail!("{e} (gave up after {timeout}s)"),
+        }
+    }
 }
 
 fn load(cli: &Cli) -> anyhow::Result<Config> {
@@ -52,6 +112,7 @@ fn load(cli: &Cli) -> anyhow::Result<Config> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
+        Command::Probe { url, timeout } => probe(url, *timeout).await,
         Command::HashToken => {
             let mut token = String::new();
             std::io::stdin()

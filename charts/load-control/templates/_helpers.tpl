@@ -1,5 +1,13 @@
 {{- define "load-control.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- if .Values.fullnameOverride -}}{{ .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{/* Cluster-scoped objects are shared by every release in the cluster: the namespace is part of
+     the name (":" cannot occur in a namespace or release name, so two releases never collide). */}}
+{{- define "load-control.clusterName" -}}
+{{ printf "load-control:%s:%s" .Release.Namespace (include "load-control.fullname" .) }}
 {{- end -}}
 
 {{- define "load-control.labels" -}}
@@ -10,19 +18,32 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* The Deployment's pods only: hook pods (migration, test) carry another component, so the
+     Service and the PodDisruptionBudget never select them. */}}
 {{- define "load-control.selector" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: server
 {{- end -}}
 
 {{- define "load-control.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{- define "load-control.env" -}}
+{{/* The Service's address as kubelet injects it into pods of the namespace, so hooks work
+     with or without cluster DNS. */}}
+{{- define "load-control.serviceHostEnv" -}}
+{{ include "load-control.fullname" . | upper | replace "-" "_" }}_SERVICE_HOST
+{{- end -}}
+
+{{- define "load-control.databaseEnv" -}}
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef: {name: {{ .Values.database.existingSecret | required "database.existingSecret is required" }}, key: {{ .Values.database.urlKey }}}
+{{- end -}}
+
+{{- define "load-control.env" -}}
+{{ include "load-control.databaseEnv" . }}
 - name: LCA_AUTH__TOKENS
   valueFrom:
     secretKeyRef: {name: {{ .Values.auth.existingSecret | required "auth.existingSecret is required" }}, key: {{ .Values.auth.tokensKey }}}
@@ -37,8 +58,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "load-control.securityContext" -}}
 runAsNonRoot: true
 runAsUser: 65532
+runAsGroup: 65532
 allowPrivilegeEscalation: false
 readOnlyRootFilesystem: true
 capabilities: {drop: [ALL]}
 seccompProfile: {type: RuntimeDefault}
+{{- end -}}
+
+{{/* The configuration file: .Values.config with the keys that other values own filled in from
+     them. Setting such a key in .Values.config too would silently lose one of the two values,
+     so it fails the install instead. */}}
+{{- define "load-control.config" -}}
+{{- $config := deepCopy (.Values.config | default dict) -}}
+{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" -}}
+{{- range $key, $owner := $owned -}}
+{{- $parts := splitList "." $key -}}
+{{- $section := get $config (index $parts 0) | default dict -}}
+{{- if hasKey $section (index $parts 1) -}}
+{{- fail (printf "config.%s must not be set: the chart sets it from %s" $key $owner) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $config "server" (merge (dict "port" (int .Values.api.port)) (get $config "server" | default dict)) -}}
+{{- $_ := set $config "worker" (merge (dict "metrics_port" (int .Values.operator.metricsPort)) (get $config "worker" | default dict)) -}}
+{{- toYaml $config -}}
 {{- end -}}
