@@ -32,6 +32,9 @@ pub fn http_client(c: &lcconfig::config::NifiConfig) -> anyhow::Result<reqwest::
     let mut b = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .http1_only()
+        // PG-05 matches header names exactly (`X-Run-Id`, CONTRACT §12); hyper would send them
+        // in lower case.
+        .http1_title_case_headers()
         .user_agent("load-control");
     if let Some(ca) = &c.ca_bundle {
         let pem = std::fs::read(ca)
