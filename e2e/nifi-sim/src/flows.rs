@@ -1,0 +1,509 @@
+//! The process groups' logic, driven by the runs of a [`Plan`] and by PG-05's dispatches.
+use crate::api::{Answer, NifiClient};
+use crate::faults::{FaultKind, Faults};
+use crate::receiver::{Behaviour, Dispatch, DispatchKind, Receiver, ReceiverStats};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{Mutex as AsyncMutex, Semaphore, mpsc};
+use uuid::Uuid;
+
+/// What to load and how.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub job_key: String,
+    /// Business keys are `<prefix>-<n>`.
+    pub business_key_prefix: String,
+    pub runs: usize,
+    /// Runs in flight at once.
+    pub concurrent_runs: usize,
+    pub partitions: usize,
+    pub chunks: usize,
+    pub rows_per_chunk: u64,
+    /// NiFi nodes running PG-20, each with two concurrent calls.
+    pub nodes: usize,
+    pub hdfs_root: String,
+    /// How long one run may take to reach a final state.
+    pub run_timeout: Duration,
+    /// This many runs (the first ones) report PUBLISH_UNKNOWN, besides the random fault.
+    pub publish_unknown_runs: usize,
+}
+
+impl Default for Plan {
+    fn default() -> Plan {
+        Plan {
+            job_key: "NIFI_SIM".into(),
+            business_key_prefix: format!("sim-{}", &Uuid::new_v4().simple().to_string()[..8]),
+            runs: 3,
+            concurrent_runs: 4,
+            partitions: 4,
+            chunks: 3,
+            rows_per_chunk: 100,
+            nodes: 2,
+            hdfs_root: "/data/nifi/stage/".into(),
+            run_timeout: Duration::from_secs(120),
+            publish_unknown_runs: 0,
+        }
+    }
+}
+
+/// What happened, for the closing report and for assertions.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Summary {
+    pub runs: usize,
+    /// Final status of each run, by status.
+    pub final_status: BTreeMap<String, usize>,
+    pub run_ids: Vec<Uuid>,
+    /// Runs that did not reach a final state in time.
+    pub unfinished: Vec<String>,
+    pub faults_injected: BTreeMap<FaultKind, u64>,
+    /// Answers the contract does not allow (a late report accepted, a 5xx, a refused valid call…).
+    pub anomalies: Vec<String>,
+    pub receiver: ReceiverStats,
+    pub requests: u64,
+    pub wall_seconds: f64,
+}
+
+struct PartitionTask {
+    run_id: Uuid,
+    partition_id: String,
+    hdfs_run_path: String,
+    expected_rows: u64,
+    reissue: bool,
+}
+
+struct Shared {
+    api: NifiClient,
+    faults: Arc<Faults>,
+    plan: Plan,
+    anomalies: Mutex<Vec<String>>,
+    /// Owners that crashed mid-partition: (run, partition) → their claim token.
+    crashed: Mutex<HashMap<(Uuid, String), Uuid>>,
+    publish_unknown_left: AtomicUsize,
+    requests: AtomicUsize,
+    work: mpsc::UnboundedSender<PartitionTask>,
+}
+
+impl Shared {
+    fn anomaly(&self, what: String) {
+        tracing::warn!(event = "sim_anomaly", %what);
+        self.anomalies.lock().unwrap().push(what);
+    }
+
+    async fn post(&self, path: &str, body: Value) -> Option<Answer> {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        match self.api.post(path, body).await {
+            Ok(a) => Some(a),
+            Err(e) => {
+                self.anomaly(format!("gave up: {e}"));
+                None
+            }
+        }
+    }
+
+    /// A call whose only acceptable answer is 200.
+    async fn post_ok(&self, path: &str, body: Value) -> Option<Answer> {
+        let a = self.post(path, body).await?;
+        if !a.ok() {
+            self.anomaly(format!("POST {path}: {} {}", a.status, a.body));
+            return None;
+        }
+        Some(a)
+    }
+}
+
+pub struct Simulation {
+    shared: Arc<Shared>,
+    receiver: Receiver,
+    work_rx: Option<mpsc::UnboundedReceiver<PartitionTask>>,
+    dispatches: Option<mpsc::UnboundedReceiver<Dispatch>>,
+}
+
+const FINAL: &[&str] = &[
+    "SUCCESS",
+    "FAILED_MANIFEST",
+    "FAILED_EXTRACT",
+    "FAILED_STAGE_VALIDATION",
+    "FAILED_PUBLISH",
+    "FAILED_TARGET_VALIDATION",
+    "FAILED_SNAPSHOT_EXPIRED",
+    "TIMED_OUT",
+    "CANCELLED",
+    "PUBLISH_UNKNOWN",
+];
+
+impl Simulation {
+    /// Starts PG-05 on `receiver_addr` under `receiver_prefix` (the path part of the receiver URL
+    /// load-control is configured with).
+    pub async fn start(
+        api: NifiClient,
+        faults: Arc<Faults>,
+        plan: Plan,
+        receiver_addr: &str,
+        receiver_prefix: &str,
+        behaviour: Behaviour,
+    ) -> anyhow::Result<Simulation> {
+        let (dtx, drx) = mpsc::unbounded_channel();
+        let receiver = Receiver::start(receiver_addr, receiver_prefix, behaviour, dtx).await?;
+        let (wtx, wrx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            api,
+            faults,
+            publish_unknown_left: AtomicUsize::new(plan.publish_unknown_runs),
+            plan,
+            anomalies: Mutex::default(),
+            crashed: Mutex::default(),
+            requests: AtomicUsize::new(0),
+            work: wtx,
+        });
+        Ok(Simulation {
+            shared,
+            receiver,
+            work_rx: Some(wrx),
+            dispatches: Some(drx),
+        })
+    }
+
+    pub fn receiver_addr(&self) -> std::net::SocketAddr {
+        self.receiver.addr
+    }
+
+    /// Runs the plan to the end: every run final (or timed out), then the summary.
+    pub async fn run(mut self) -> Summary {
+        let started = Instant::now();
+        let sh = self.shared.clone();
+        // PG-20: nodes × 2 workers on one queue.
+        let queue = Arc::new(AsyncMutex::new(self.work_rx.take().expect("run once")));
+        let mut workers = vec![];
+        for node in 0..sh.plan.nodes.max(1) {
+            for _ in 0..2 {
+                let (sh, queue) = (sh.clone(), queue.clone());
+                let name = format!("nifi-{:02}", node + 1);
+                workers.push(tokio::spawn(async move {
+                    loop {
+                        let task = { queue.lock().await.recv().await };
+                        let Some(task) = task else { break };
+                        extract_partition(&sh, &name, task).await;
+                    }
+                }));
+            }
+        }
+        // PG-05 → PG-40/50/60 or PG-20.
+        let mut dispatches = self.dispatches.take().expect("run once");
+        let dsh = sh.clone();
+        let dispatch_loop = tokio::spawn(async move {
+            while let Some(d) = dispatches.recv().await {
+                let sh = dsh.clone();
+                tokio::spawn(async move { on_dispatch(&sh, d).await });
+            }
+        });
+        // PG-10: the runs, bounded in flight.
+        let gate = Arc::new(Semaphore::new(sh.plan.concurrent_runs.max(1)));
+        let mut runs = vec![];
+        for n in 0..sh.plan.runs {
+            let (sh, gate) = (sh.clone(), gate.clone());
+            runs.push(tokio::spawn(async move {
+                let _permit = gate.acquire_owned().await.expect("semaphore");
+                drive_run(&sh, n).await
+            }));
+        }
+        let mut final_status = BTreeMap::new();
+        let (mut run_ids, mut unfinished) = (vec![], vec![]);
+        for r in runs {
+            match r.await.expect("run task") {
+                (Some(id), Some(status)) => {
+                    run_ids.push(id);
+                    *final_status.entry(status).or_insert(0) += 1;
+                }
+                (id, _) => {
+                    if let Some(id) = id {
+                        run_ids.push(id);
+                    }
+                    unfinished.push(
+                        id.map(|i| i.to_string())
+                            .unwrap_or_else(|| "(not created)".into()),
+                    );
+                }
+            }
+        }
+        dispatch_loop.abort();
+        for w in workers {
+            w.abort();
+        }
+        let receiver = self.receiver.stats.lock().unwrap().clone();
+        Summary {
+            runs: sh.plan.runs,
+            final_status,
+            run_ids,
+            unfinished,
+            faults_injected: sh.faults.injected(),
+            anomalies: sh.anomalies.lock().unwrap().clone(),
+            receiver,
+            requests: sh.requests.load(Ordering::Relaxed) as u64,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// PG-10, then waits for the run to reach a final state. Returns (run id, final status).
+async fn drive_run(sh: &Shared, n: usize) -> (Option<Uuid>, Option<String>) {
+    let plan = &sh.plan;
+    let business_key = format!("{}-{n:05}", plan.business_key_prefix);
+    let Some(created) = sh
+        .post_ok(
+            "/v1/runs",
+            json!({"jobKey": plan.job_key, "businessKey": business_key, "hdfsRoot": plan.hdfs_root,
+                   "stageTablePrefix": "tmp_sim_", "allowEmptySource": false,
+                   "parameters": {"trigger": "nifi-sim"}}),
+        )
+        .await
+    else {
+        return (None, None);
+    };
+    let Ok(run_id) = Uuid::parse_str(created.str("runId")) else {
+        sh.anomaly(format!("create answered without a runId: {}", created.body));
+        return (None, None);
+    };
+    let path = created.str("hdfsRunPath").to_string();
+    let rows = plan.rows_per_chunk * plan.chunks as u64;
+    // The manifest as NiFi sends it: every number and boolean a string.
+    let partitions: Vec<Value> = (0..plan.partitions)
+        .map(|p| {
+            json!({"partitionId": format!("{p:04}"), "lowerBound": (p * 1000).to_string(),
+                   "upperBound": ((p + 1) * 1000).to_string(),
+                   "upperInclusive": (p + 1 == plan.partitions).to_string(),
+                   "isNullPartition": "false", "expectedRowCount": rows.to_string()})
+        })
+        .collect();
+    let total = rows * plan.partitions as u64;
+    let manifest = json!({"snapshotScn": "1234567890", "sourceCount": total.to_string(),
+        "sourceNullSplitCount": "0", "sourceMinSplit": "0",
+        "sourceMaxSplit": (plan.partitions * 1000).to_string(),
+        "plannedPartitionCount": plan.partitions.to_string(),
+        "sourceMetrics": {"AMOUNT_SUM": "123.45"}, "partitions": partitions});
+    let Some(m) = sh
+        .post_ok(&format!("/v1/runs/{run_id}/manifest"), manifest)
+        .await
+    else {
+        return (Some(run_id), None);
+    };
+    for p in m.body["dispatchPartitions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+    {
+        let _ = sh.work.send(PartitionTask {
+            run_id,
+            partition_id: p["partitionId"].as_str().unwrap_or_default().to_string(),
+            hdfs_run_path: path.clone(),
+            expected_rows: p["expectedRowCount"].as_u64().unwrap_or(0),
+            reissue: false,
+        });
+    }
+    // Wait for a final state, as a dashboard would.
+    let deadline = Instant::now() + plan.run_timeout;
+    while Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        sh.requests.fetch_add(1, Ordering::Relaxed);
+        if let Ok(a) = sh.api.get(&format!("/v1/runs/{run_id}")).await {
+            let status = a.str("status").to_string();
+            if FINAL.contains(&status.as_str()) {
+                return (Some(run_id), Some(status));
+            }
+        }
+    }
+    (Some(run_id), None)
+}
+
+/// PG-20 on one node: claim, then report every chunk (or crash halfway).
+async fn extract_partition(sh: &Shared, node: &str, task: PartitionTask) {
+    let (run, pid) = (task.run_id, task.partition_id.clone());
+    let token = Uuid::new_v4();
+    let base = format!("/v1/runs/{run}/partitions/{pid}");
+    let Some(claim) = sh
+        .post_ok(
+            &format!("{base}/claim"),
+            json!({"claimToken": token, "workerNode": node}),
+        )
+        .await
+    else {
+        return;
+    };
+    if !claim.flag("claimed") {
+        return; // another owner, or the run ended: nothing to do
+    }
+    // A superseded owner (crashed before the reissue) reports late: it must be refused.
+    if task.reissue {
+        let old = sh.crashed.lock().unwrap().remove(&(run, pid.clone()));
+        if let Some(old) = old.filter(|_| sh.faults.draw(FaultKind::LateReport)) {
+            let late = json!({"claimToken": old, "chunkIndex": 0, "chunkCount": sh.plan.chunks,
+                "hdfsPath": format!("{}/p={pid}/late-{old}.parquet", task.hdfs_run_path),
+                "recordCount": sh.plan.rows_per_chunk, "byteCount": 1024});
+            if let Some(a) = sh.post(&format!("{base}/chunks"), late).await
+                && !(a.status == 409 && a.code() == "CLAIM_MISMATCH")
+            {
+                sh.anomaly(format!(
+                    "late report of a superseded owner answered {} {}",
+                    a.status, a.body
+                ));
+            }
+        }
+    }
+    let chunks = sh.plan.chunks.max(1);
+    let crash_after = (!task.reissue && sh.faults.draw(FaultKind::NodeCrash)).then_some(chunks / 2);
+    let per_chunk = task.expected_rows / chunks as u64;
+    for i in 0..chunks {
+        if crash_after == Some(i) {
+            sh.crashed.lock().unwrap().insert((run, pid.clone()), token);
+            return; // the node died: no more reports, no failure report
+        }
+        let rows = if i + 1 == chunks {
+            task.expected_rows - per_chunk * (chunks as u64 - 1)
+        } else {
+            per_chunk
+        };
+        let body = json!({"claimToken": token, "chunkIndex": i, "chunkCount": chunks,
+            "fragmentIdentifier": format!("f-{token}"),
+            "hdfsPath": format!("{}/p={pid}/{}/part-{i:05}.parquet", task.hdfs_run_path, &token.simple().to_string()[..8]),
+            "recordCount": rows, "byteCount": rows * 64});
+        let Some(a) = sh.post(&format!("{base}/chunks"), body).await else {
+            return;
+        };
+        if !a.ok() {
+            // A run that ended meanwhile (timeout, cancel) refuses nothing here; anything else is wrong.
+            sh.anomaly(format!("chunk {i} of {run}/{pid}: {} {}", a.status, a.body));
+            return;
+        }
+    }
+}
+
+/// PG-05 started a flow: VALIDATE_RUN → PG-40, PG-50, PG-60; REISSUE_PARTITION → PG-20.
+async fn on_dispatch(sh: &Shared, d: Dispatch) {
+    match d.kind {
+        DispatchKind::Reissue => {
+            let b = &d.body;
+            let _ = sh.work.send(PartitionTask {
+                run_id: d.run_id,
+                partition_id: b["partitionId"].as_str().unwrap_or_default().to_string(),
+                hdfs_run_path: b["hdfsRunPath"].as_str().unwrap_or_default().to_string(),
+                expected_rows: b["expectedRowCount"].as_u64().unwrap_or(0),
+                reissue: true,
+            });
+        }
+        DispatchKind::Validate => validate_and_publish(sh, d.run_id, d.dispatch_id).await,
+    }
+}
+
+async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
+    // PG-40
+    let Some(start) = sh
+        .post_ok(
+            &format!("/v1/runs/{run}/validation/start"),
+            json!({"dispatchId": dispatch, "node": "nifi-01"}),
+        )
+        .await
+    else {
+        return;
+    };
+    if !start.flag("started") {
+        return; // a resent dispatch: the first delivery runs the flow
+    }
+    let extracted = start.body["extractedCount"]
+        .as_u64()
+        .unwrap_or(0)
+        .to_string();
+    let staging = json!({"stage": "STAGING", "queryVersion": "v1", "metrics": [
+        {"metricName": "STAGE_COUNT", "expectedValue": extracted, "actualValue": extracted, "result": "PASS"},
+        {"metricName": "DUP_PK_COUNT", "expectedValue": "0", "actualValue": "0", "result": "PASS"}]});
+    sh.post_ok(&format!("/v1/runs/{run}/validations"), staging)
+        .await;
+    let Some(verdict) = sh
+        .post_ok(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+        .await
+    else {
+        return;
+    };
+    if !verdict.flag("stageValidated") {
+        sh.anomaly(format!("stage-validated refused {run}: {}", verdict.body));
+        return;
+    }
+    // PG-50
+    let token = Uuid::new_v4();
+    let Some(claim) = sh
+        .post_ok(
+            &format!("/v1/runs/{run}/publish/claim"),
+            json!({"publishToken": token}),
+        )
+        .await
+    else {
+        return;
+    };
+    if !claim.flag("claimed") {
+        return;
+    }
+    let forced = sh
+        .publish_unknown_left
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    if forced {
+        sh.faults.record(FaultKind::PublishUnknown);
+    }
+    if forced || sh.faults.draw(FaultKind::PublishUnknown) {
+        sh.post_ok(&format!("/v1/runs/{run}/publish/result"), json!({"publishToken": token, "outcome": "PUBLISH_UNKNOWN",
+            "errorCode": "TIMEOUT", "message": "HiveServer2 connection lost during INSERT OVERWRITE"})).await;
+        return;
+    }
+    let Some(published) = sh
+        .post_ok(
+            &format!("/v1/runs/{run}/publish/result"),
+            json!({"publishToken": token, "outcome": "PUBLISHED"}),
+        )
+        .await
+    else {
+        return;
+    };
+    if published.str("runStatus") != "PUBLISHED" {
+        sh.anomaly(format!("publish result for {run}: {}", published.body));
+        return;
+    }
+    finish_target(sh, run, &extracted).await;
+}
+
+/// PG-60: TARGET metrics, then success.
+async fn finish_target(sh: &Shared, run: Uuid, rows: &str) {
+    let target = json!({"stage": "TARGET", "metrics": [
+        {"metricName": "TARGET_COUNT", "expectedValue": rows, "actualValue": rows, "result": "PASS"}]});
+    sh.post_ok(&format!("/v1/runs/{run}/validations"), target)
+        .await;
+    if let Some(a) = sh
+        .post_ok(&format!("/v1/runs/{run}/success"), json!({}))
+        .await
+        && !a.flag("success")
+    {
+        sh.anomaly(format!("success refused {run}: {}", a.body));
+    }
+}
+
+/// PG-60 for a run an operator resolved as PUBLISHED (NiFi does not restart it by itself).
+pub async fn complete_published(api: &NifiClient, run: Uuid) -> anyhow::Result<Answer> {
+    let detail = api
+        .get(&format!("/v1/runs/{run}"))
+        .await
+        .map_err(anyhow::Error::msg)?;
+    let rows = detail.body["extractedCount"]
+        .as_u64()
+        .unwrap_or(0)
+        .to_string();
+    let target = json!({"stage": "TARGET", "metrics": [
+        {"metricName": "TARGET_COUNT", "expectedValue": rows, "actualValue": rows, "result": "PASS"}]});
+    let a = api
+        .post(&format!("/v1/runs/{run}/validations"), target)
+        .await
+        .map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(a.ok(), "TARGET metrics: {} {}", a.status, a.body);
+    api.post(&format!("/v1/runs/{run}/success"), json!({}))
+        .await
+        .map_err(anyhow::Error::msg)
+}

@@ -1,0 +1,177 @@
+//! `nifi-sim`: drives whole loads through a running load-control as NiFi would, and prints one
+//! JSON summary line. Exit status 1 when the contract was broken (an anomaly, a dispatch PG-05
+//! would refuse, a run that never reached a final state).
+use clap::{Parser, Subcommand};
+use nifisim::api::NifiClient;
+use nifisim::faults::Faults;
+use nifisim::receiver::Behaviour;
+use nifisim::{Plan, Simulation};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Parser)]
+#[command(
+    name = "nifi-sim",
+    version,
+    about = "NiFi simulator for load-control: PG-05 (strict) and PG-10…PG-90 over the real HTTP API, with fault injection."
+)]
+struct Cli {
+    /// load-control API base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    api: String,
+    /// Bearer token with the nifi role.
+    #[arg(long, env = "NIFI_SIM_TOKEN", hide_env_values = true)]
+    token: String,
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run loads (the default).
+    Run,
+    /// PG-60 for a run an operator resolved as PUBLISHED: TARGET metrics, then success.
+    FinishTarget {
+        #[arg(long)]
+        run_id: uuid::Uuid,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Address PG-05 listens on (load-control's nifi.receiver_url must point here).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    receiver_listen: String,
+    /// Path prefix of the receiver URL (e.g. /nifi-pg05 for http://host:port/nifi-pg05).
+    #[arg(long, default_value = "")]
+    receiver_prefix: String,
+    #[arg(long, default_value = "NIFI_SIM")]
+    job: String,
+    /// Business keys are <prefix>-<n> (default: a random prefix).
+    #[arg(long)]
+    business_key_prefix: Option<String>,
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    #[arg(long, default_value_t = 4)]
+    concurrent_runs: usize,
+    #[arg(long, default_value_t = 4)]
+    partitions: usize,
+    #[arg(long, default_value_t = 3)]
+    chunks: usize,
+    #[arg(long, default_value_t = 100)]
+    rows_per_chunk: u64,
+    /// NiFi nodes running PG-20 (two concurrent calls each).
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// Seconds one run may take to reach a final state.
+    #[arg(long, default_value_t = 120)]
+    run_timeout: u64,
+    /// Fraction of POSTs delivered twice at once.
+    #[arg(long, default_value_t = 0.0)]
+    duplicate: f64,
+    /// Fraction of POSTs whose response is lost (applied, then retried).
+    #[arg(long, default_value_t = 0.0)]
+    lost_response: f64,
+    /// Fraction of partitions whose node crashes halfway (needs the job in REISSUE mode).
+    #[arg(long, default_value_t = 0.0)]
+    node_crash: f64,
+    /// Fraction of reissued partitions whose crashed owner reports late.
+    #[arg(long, default_value_t = 0.0)]
+    late_report: f64,
+    /// Fraction of publishes whose outcome is unknown.
+    #[arg(long, default_value_t = 0.0)]
+    publish_unknown: f64,
+    /// The first N publishes report PUBLISH_UNKNOWN.
+    #[arg(long, default_value_t = 0)]
+    publish_unknown_runs: usize,
+    /// PG-05 answers each dispatch after this delay.
+    #[arg(long, default_value_t = 0)]
+    pg05_delay_ms: u64,
+    /// PG-05 refuses the first N dispatches with --pg05-refuse-status.
+    #[arg(long, default_value_t = 0)]
+    pg05_refuse_first: usize,
+    #[arg(long, default_value_t = 503)]
+    pg05_refuse_status: u16,
+}
+
+async fn run(cli: Cli) -> anyhow::Result<bool> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let a = cli.run;
+    let faults = Arc::new(Faults::new(
+        a.duplicate,
+        a.lost_response,
+        a.node_crash,
+        a.late_report,
+        a.publish_unknown,
+    ));
+    let api = NifiClient::new(&cli.api, &cli.token, faults.clone())?;
+    if let Some(Command::FinishTarget { run_id }) = cli.command {
+        let answer = nifisim::complete_published(&api, run_id).await?;
+        println!("{}", answer.body);
+        return Ok(answer.flag("success"));
+    }
+    let mut plan = Plan {
+        job_key: a.job,
+        runs: a.runs,
+        concurrent_runs: a.concurrent_runs,
+        partitions: a.partitions,
+        chunks: a.chunks,
+        rows_per_chunk: a.rows_per_chunk,
+        nodes: a.nodes,
+        run_timeout: Duration::from_secs(a.run_timeout),
+        publish_unknown_runs: a.publish_unknown_runs,
+        ..Plan::default()
+    };
+    if let Some(p) = a.business_key_prefix {
+        plan.business_key_prefix = p;
+    }
+    let behaviour = Behaviour {
+        delay: Duration::from_millis(a.pg05_delay_ms),
+        refuse_first: a.pg05_refuse_first,
+        refuse_status: a.pg05_refuse_status,
+    };
+    let sim = Simulation::start(
+        api,
+        faults,
+        plan,
+        &a.receiver_listen,
+        &a.receiver_prefix,
+        behaviour,
+    )
+    .await?;
+    eprintln!("nifi-sim: PG-05 listening on {}", sim.receiver_addr());
+    let summary = sim.run().await;
+    println!("{}", serde_json::to_string(&summary)?);
+    Ok(summary.anomalies.is_empty()
+        && summary.unfinished.is_empty()
+        && summary.receiver.rejected.is_empty())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
+        .init();
+    match run(Cli::parse()).await {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("nifi-sim: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+}
