@@ -9,3 +9,4 @@ pub mod lease;
 pub mod metrics;
 pub mod process;
 pub mod sweeper;
+pub mod uninstall;

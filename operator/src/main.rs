@@ -31,9 +31,50 @@ struct Cli {
     /// Namespace of the leader Lease (Kubernetes mode).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     namespace: String,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(clap::Subcommand)]
+enum Command {
+    /// Remove load-control's finalizer from every LoadJob, so that none is left undeletable once
+    /// the operator is gone (the Helm chart's pre-delete hook). Needs only Kubernetes access.
+    ReleaseFinalizers {
+        /// First scale this Deployment (in --namespace) to zero and wait for its pods to end, so
+        /// that no running controller adds the finalizer back.
+        #[arg(long, value_name = "NAME")]
+        stop_deployment: Option<String>,
+    },
+}
+
+async fn release_finalizers(namespace: &str, stop: Option<&str>) -> anyhow::Result<()> {
+    lcconfig::logging::init(&Default::default());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = kube::Client::try_default()
+        .await
+        .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
+    if let Some(deployment) = stop {
+        lcoperator::uninstall::stop_deployment(
+            client.clone(),
+            namespace,
+            deployment,
+            std::time::Duration::from_secs(90),
+        )
+        .await?;
+    }
+    let n = lcoperator::uninstall::release_finalizers(client).await?;
+    tracing::info!(
+        event = "finalizers_released",
+        count = n,
+        "LoadJob finalizers released"
+    );
+    Ok(())
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
+    if let Some(Command::ReleaseFinalizers { stop_deployment }) = &cli.command {
+        return release_finalizers(&cli.namespace, stop_deployment.as_deref()).await;
+    }
     let config = Config::load(&config_path(cli.config.as_deref()), std::env::vars())?;
     config.validate()?;
     if config.nifi.receiver_url.is_none() {

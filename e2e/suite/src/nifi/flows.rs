@@ -1,7 +1,7 @@
 //! The process groups' logic, driven by the runs of a [`Plan`] and by PG-05's dispatches.
-use crate::api::{Answer, NifiClient};
-use crate::faults::{FaultKind, Faults};
-use crate::receiver::{Behaviour, Dispatch, DispatchKind, Receiver, ReceiverStats};
+use crate::nifi::api::{Answer, NifiClient};
+use crate::nifi::faults::{FaultKind, Faults};
+use crate::nifi::receiver::{Behaviour, Dispatch, DispatchKind, Receiver, ReceiverStats};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -2,7 +2,7 @@
 //! `Content-Type: application/json` without charset, no `Accept`, an empty `User-Agent`, retries of
 //! a 5xx or a transport error up to five more times with the same body — and the faults the
 //! simulator injects: duplicate delivery and lost responses.
-use crate::faults::{FaultKind, Faults};
+use crate::nifi::faults::{FaultKind, Faults};
 use reqwest::StatusCode;
 use serde_json::Value;
 use std::sync::Arc;

@@ -2,10 +2,10 @@
 //! JSON summary line. Exit status 1 when the contract was broken (an anomaly, a dispatch PG-05
 //! would refuse, a run that never reached a final state).
 use clap::{Parser, Subcommand};
-use nifisim::api::NifiClient;
-use nifisim::faults::Faults;
-use nifisim::receiver::Behaviour;
-use nifisim::{Plan, Simulation};
+use e2e::nifi::api::NifiClient;
+use e2e::nifi::faults::Faults;
+use e2e::nifi::receiver::Behaviour;
+use e2e::nifi::{Plan, Simulation};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
@@ -109,7 +109,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     ));
     let api = NifiClient::new(&cli.api, &cli.token, faults.clone())?;
     if let Some(Command::FinishTarget { run_id }) = cli.command {
-        let answer = nifisim::complete_published(&api, run_id).await?;
+        let answer = e2e::nifi::complete_published(&api, run_id).await?;
         println!("{}", answer.body);
         return Ok(answer.flag("success"));
     }
