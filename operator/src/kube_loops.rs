@@ -12,7 +12,7 @@ use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType, Recorder, Reporter};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use ledger::settings::Thresholds;
 use ledger::{Actor, Fence, JobWrite, Ledger, MirroredRun, RunStatus};
@@ -454,9 +454,11 @@ pub async fn run_mirror(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let wake = ctx.wake_mirror.clone();
-    let listener = {
+    // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts both.
+    let mut wakers = tokio::task::JoinSet::new();
+    {
         let wake = wake.clone();
-        tokio::spawn(async move {
+        wakers.spawn(async move {
             loop {
                 if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
                     && l.listen("load_run").await.is_ok()
@@ -468,19 +470,25 @@ pub async fn run_mirror(
                 }
                 tokio::time::sleep(Duration::from_secs(5)).await;
             }
-        })
-    };
-    let watch_runs = {
+        });
+    }
+    {
         let (wake, runs) = (wake.clone(), Api::<LoadRun>::all(ctx.client.clone()));
-        tokio::spawn(async move {
-            let mut stream = watcher(runs, watcher::Config::default()).boxed();
+        wakers.spawn(async move {
+            // Backoff: a missing CRD, a 403 or an API outage must not become a busy loop.
+            let mut stream = watcher(runs, watcher::Config::default())
+                .default_backoff()
+                .boxed();
             while let Some(ev) = stream.next().await {
-                if ev.is_ok() {
-                    wake.notify_one();
+                match ev {
+                    Ok(_) => wake.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(event = "loadrun_watch_error", error = %e, "watching LoadRuns failed; backing off")
+                    }
                 }
             }
-        })
-    };
+        });
+    }
     let mut tick = tokio::time::interval(resync);
     loop {
         tokio::select! {
@@ -495,8 +503,7 @@ pub async fn run_mirror(
             tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns failed; retrying");
         }
     }
-    listener.abort();
-    watch_runs.abort();
+    wakers.abort_all();
 }
 
 async fn mirror_pass(ctx: &Context, fence: &Fence) -> Result<(), LoopError> {

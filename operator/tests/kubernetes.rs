@@ -653,7 +653,55 @@ async fn helm_install_creates_every_object() {
         rendered.contains("readOnlyRootFilesystem: true")
             && rendered.contains("runAsNonRoot: true")
     );
-    // No nodes run pods here, so the migration hook could never finish: install without hooks.
+    // Hook pods never match the Deployment's selector (the Service would route to them).
+    let docs: Vec<serde_yaml::Value> = rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let kind = |k: &'static str| docs.iter().filter(move |d| d["kind"] == k);
+    let selector = &kind("Deployment").next().unwrap()["spec"]["selector"]["matchLabels"];
+    for job in kind("Job").chain(kind("Pod")) {
+        let labels = job["spec"]["template"]["metadata"]["labels"]
+            .as_mapping()
+            .or(job["metadata"]["labels"].as_mapping())
+            .unwrap();
+        let matches = selector
+            .as_mapping()
+            .unwrap()
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v));
+        assert!(
+            !matches,
+            "hook {:?} carries the Deployment's selector",
+            job["metadata"]["name"]
+        );
+    }
+    // A PDB only when more than one replica can keep serving.
+    let single = cp
+        .helm()
+        .args(["template", "lc", &chart_dir(), "--set", "replicaCount=1"])
+        .output()
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&single.stdout).contains("kind: PodDisruptionBudget"));
+    // Values that would silently override each other are refused, naming both.
+    let clash = cp
+        .helm()
+        .args([
+            "template",
+            "lc",
+            &chart_dir(),
+            "--set",
+            "config.server.port=9999",
+        ])
+        .output()
+        .unwrap();
+    assert!(!clash.status.success());
+    assert!(
+        String::from_utf8_lossy(&clash.stderr)
+            .contains("config.server.port must not be set: the chart sets it from api.port")
+    );
+    // The real install, hooks included, runs on the real node (e2e/suite/tests/user_story.rs); the
+    // API server alone has no node to run the hook's pod.
     let out = cp
         .helm()
         .args([
@@ -698,22 +746,44 @@ async fn helm_install_creates_every_object() {
             "{obj} missing from:\n{names}"
         );
     }
-    let cluster = cp
-        .kubectl()
+    // Cluster-scoped objects carry the namespace: a second release of the same name in another
+    // namespace installs beside the first.
+    let other = cp.create_namespace("helm2").await.unwrap();
+    let out = cp
+        .helm()
         .args([
-            "get",
-            "clusterrole/lc-load-control",
-            "clusterrolebinding/lc-load-control",
-            "-o",
-            "name",
+            "install",
+            "lc",
+            &chart_dir(),
+            "--namespace",
+            &other,
+            "--no-hooks",
         ])
         .output()
         .unwrap();
     assert!(
-        cluster.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cluster.stderr)
+        out.status.success(),
+        "a second release collided: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
+    for n in [&ns, &other] {
+        let cluster = cp
+            .kubectl()
+            .args([
+                "get",
+                &format!("clusterrole/load-control:{n}:lc-load-control"),
+                &format!("clusterrolebinding/load-control:{n}:lc-load-control"),
+                "-o",
+                "name",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            cluster.status.success(),
+            "{}",
+            String::from_utf8_lossy(&cluster.stderr)
+        );
+    }
     let deploy = cp
         .kubectl()
         .args(["get", "deploy/lc-load-control", "-n", &ns, "-o", "json"])

@@ -389,6 +389,24 @@ async fn user_story_on_a_real_node() {
     //    old epoch writes nothing (the epoch moved on, held by the new pod).
     let (epoch_before, _) = ledger_epoch(&ledger_url).await;
     let old = s.lease_holder_pod().unwrap();
+    // The old leader's last words, shown when the handover is slow.
+    let mut old_logs = std::process::Command::new(s.node.var("KUBECTL"))
+        .args([
+            "--kubeconfig",
+            s.node.var("KUBECONFIG"),
+            "-n",
+            &s.ns,
+            "logs",
+            "-f",
+            &old,
+            "-c",
+            "operator",
+            "--since=5s",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     let t0 = Instant::now();
     s.k(&["delete", "pod", &old, "--wait=false"]);
     let new = wait_for("another pod to lead", Duration::from_secs(20), || {
@@ -397,6 +415,17 @@ async fn user_story_on_a_real_node() {
     .unwrap_or_else(|e| panic!("failover: {e:#}"));
     let failover = t0.elapsed().as_secs_f64();
     eprintln!("story: failover from {old} to {new} in {failover:.1}s");
+    if failover > 5.0 {
+        let _ = old_logs.kill();
+        let out = old_logs.wait_with_output().unwrap();
+        eprintln!(
+            "story: slow handover; the old leader logged:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    } else {
+        let _ = old_logs.kill();
+        let _ = old_logs.wait();
+    }
     let deadline = Instant::now() + Duration::from_secs(20);
     let (epoch_after, holder) = loop {
         let e = ledger_epoch(&ledger_url).await;
