@@ -435,6 +435,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/runs/{run_id}/events", get(run_events))
         .fallback(|| async { ApiError::not_found() })
         .layer(middleware::from_fn_with_state(state.clone(), frame))
+        .layer(middleware::from_fn(crate::keep_alive::close_if_body_unread))
         .with_state(state)
 }
 

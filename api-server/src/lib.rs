@@ -3,6 +3,7 @@ pub mod app;
 pub mod auth;
 pub mod error;
 pub mod input;
+pub mod keep_alive;
 pub mod metrics;
 pub mod openapi;
 pub mod requests;

@@ -332,3 +332,141 @@ async fn concurrency_limit_refuses_only_v1_requests() {
     );
     assert_eq!(api.send("GET", "/healthz", None, None).await.status, 200);
 }
+
+/// Answers given before the body is read (401, 403, 413) must leave a pooled keep-alive client
+/// able to send its next request: one client, one connection, many rejected requests with bodies.
+#[tokio::test]
+async fn early_answers_keep_a_pooled_connection_usable() {
+    let api = Api::start_with(|c| c.server.max_body_bytes = 64 * 1024).await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .http1_only()
+        .build()
+        .unwrap();
+    let url = format!("{}/v1/runs", api.base);
+    let body = format!("{{\"jobKey\":\"{}\"}}", "X".repeat(48 * 1024));
+    let big = format!("{{\"jobKey\":\"{}\"}}", "X".repeat(200 * 1024));
+    let cases: [(Option<&str>, &String, u16); 3] = [
+        (None, &body, 401),
+        (Some(OPERATOR), &body, 403),
+        (Some(NIFI), &big, 413),
+    ];
+    for i in 0..60 {
+        let (token, body, want) = cases[i % cases.len()];
+        let mut req = client
+            .post(&url)
+            .header("Content-Type", "application/json")
+            .body(body.clone());
+        if let Some(t) = token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {i} on the pooled connection failed: {e:?}"));
+        assert_eq!(resp.status().as_u16(), want, "request {i}");
+        let reply: serde_json::Value = resp.json().await.unwrap();
+        assert!(reply["code"].is_string(), "request {i}: {reply}");
+    }
+    // The connection still serves an accepted request afterwards.
+    let ok = client
+        .get(format!("{}/v1/runs?limit=1", api.base))
+        .bearer_auth(NIFI)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status().as_u16(), 200);
+}
+
+/// The same on the wire, without a client library's retries: after an early answer the server
+/// either says `Connection: close` (and closes), or reads past the body and serves the next request
+/// on the same connection.
+#[tokio::test]
+async fn early_answers_on_the_wire_close_or_drain() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let api = Api::start_with(|c| c.server.max_body_bytes = 64 * 1024).await;
+    let addr = api.base.trim_start_matches("http://").to_string();
+    let body = format!("{{\"jobKey\":\"{}\"}}", "X".repeat(48 * 1024));
+    let big = format!("{{\"jobKey\":\"{}\"}}", "X".repeat(200 * 1024));
+    for (auth, body, want) in [
+        (String::new(), &body, "401"),
+        (
+            format!("Authorization: Bearer {OPERATOR}\r\n"),
+            &body,
+            "403",
+        ),
+        (format!("Authorization: Bearer {NIFI}\r\n"), &big, "413"),
+    ] {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let req = format!(
+            "POST /v1/runs HTTP/1.1\r\nHost: x\r\n{auth}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        // The whole request is written, as a pooled client does, even if the answer comes first.
+        let (mut rd, mut wr) = conn.split();
+        let (written, first) = tokio::join!(wr.write_all(req.as_bytes()), read_response(&mut rd));
+        let first = first.unwrap_or_else(|| panic!("{want}: no answer (written: {written:?})"));
+        assert!(first.starts_with(&format!("HTTP/1.1 {want}")), "{first}");
+        if first
+            .to_ascii_lowercase()
+            .contains("\r\nconnection: close\r\n")
+        {
+            let mut rest = Vec::new();
+            let closed =
+                tokio::time::timeout(std::time::Duration::from_secs(5), rd.read_to_end(&mut rest))
+                    .await;
+            assert!(
+                closed.is_ok(),
+                "{want}: announced close but kept the connection open"
+            );
+            continue;
+        }
+        assert!(
+            written.is_ok(),
+            "{want}: the server stopped reading the body without saying Connection: close"
+        );
+        wr.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let second = read_response(&mut rd).await;
+        assert!(
+            second
+                .as_deref()
+                .is_some_and(|s| s.starts_with("HTTP/1.1 200")),
+            "{want}: the kept-alive connection did not serve the next request: {second:?}"
+        );
+    }
+}
+
+/// Reads one HTTP/1.1 response (head and Content-Length body) as text; None on EOF or reset.
+async fn read_response(rd: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end + 4]).to_string();
+            let len = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                })
+                .unwrap_or(0);
+            while buf.len() < end + 4 + len {
+                let n = rd.read(&mut chunk).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&chunk[..n]);
+            }
+            return Some(String::from_utf8_lossy(&buf[..end + 4 + len]).to_string());
+        }
+        let n = rd.read(&mut chunk).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
