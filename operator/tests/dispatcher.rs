@@ -299,3 +299,58 @@ async fn a_missing_receiver_url_is_a_build_failure() {
         Some("build failed: no receiver URL for job JOB")
     );
 }
+
+/// PG-05 matches header names exactly and reads HTTP/1.1 (CONTRACT §12): the bytes the dispatcher
+/// writes must pass NiFi's strict receiver, not only a case-insensitive one.
+#[tokio::test]
+async fn the_request_bytes_pass_a_receiver_as_strict_as_nifi() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let strict =
+        e2e::nifi::receiver::Receiver::start("127.0.0.1:0", "/pg05", Default::default(), tx)
+            .await
+            .unwrap();
+    let env =
+        Env::start(|c| c.nifi.receiver_url = Some(format!("http://{}/pg05/", strict.addr))).await;
+    let (run, dispatch) = env.validated("K").await;
+    let fence = env.fence().await;
+    let rows = leased(&env, &fence).await;
+    env.dispatcher(&env.ledger).deliver(&fence, &rows[0]).await;
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (got.run_id, got.dispatch_id, got.job_key.as_str()),
+        (run, dispatch, "JOB")
+    );
+    let stats = strict.stats.lock().unwrap().clone();
+    assert!(
+        stats.rejected.is_empty(),
+        "PG-05 refused: {:?}",
+        stats.rejected
+    );
+    let head = stats.first_request_head.expect("one request");
+    assert!(
+        head.starts_with("POST /pg05/validate/JOB HTTP/1.1\r\n"),
+        "{head}"
+    );
+    for line in [
+        "Content-Type: application/json".to_string(),
+        format!("X-Run-Id: {run}"),
+        format!("X-Dispatch-Id: {dispatch}"),
+    ] {
+        assert!(
+            head.contains(&format!("\r\n{line}\r\n")),
+            "{line:?} not sent byte for byte in:\n{head}"
+        );
+    }
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_dispatch WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("SENT")
+    );
+}
