@@ -146,6 +146,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     let summary = sim.run().await;
     println!("{}", serde_json::to_string(&summary)?);
     Ok(summary.anomalies.is_empty()
+        && summary.gave_up.is_empty()
         && summary.unfinished.is_empty()
         && summary.receiver.rejected.is_empty())
 }

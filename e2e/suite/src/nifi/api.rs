@@ -25,6 +25,14 @@ impl Answer {
     pub fn flag(&self, key: &str) -> bool {
         self.body.get(key).and_then(Value::as_bool).unwrap_or(false)
     }
+    /// Whether this answer lets the flow go on (a claim or start it won).
+    pub fn progressed(&self) -> bool {
+        self.ok()
+            && !["claimed", "started"]
+                .iter()
+                .any(|k| self.body.get(*k) == Some(&Value::Bool(false)))
+    }
+
     pub fn str(&self, key: &str) -> &str {
         self.body.get(key).and_then(Value::as_str).unwrap_or("")
     }
@@ -104,17 +112,26 @@ impl NifiClient {
         body: Option<&Value>,
     ) -> Result<Answer, String> {
         if method == "POST" && self.faults.draw(FaultKind::Duplicate) {
-            // Duplicate delivery: the same request arrives twice at once; NiFi uses one answer.
+            // Duplicate delivery: two flowfiles make the same call at once. Each goes on with its
+            // own answer; the one that lost (claimed/started false) stops, so the flow continues
+            // as the winner.
             let (a, b) = tokio::join!(
                 self.send_retrying(method, path, body),
                 self.send_retrying(method, path, body)
             );
             return match (a, b) {
+                (Ok(a), Ok(b)) if !a.progressed() && b.progressed() => Ok(b),
                 (Ok(a), _) => Ok(a),
                 (_, b) => b,
             };
         }
-        if method == "POST" && self.faults.draw(FaultKind::LostResponse) {
+        // A lost answer is retried with the same body. validation/start is the one call whose
+        // replay cannot tell the caller it won (CONTRACT §4.9 answers started=false), so a flow
+        // that lost that answer stalls; the simulator does not inject it there (docs/nifi.md).
+        if method == "POST"
+            && !path.ends_with("/validation/start")
+            && self.faults.draw(FaultKind::LostResponse)
+        {
             // Lost response: the request is applied, its answer never arrives, NiFi retries.
             let _ = self.send_once(method, path, body).await;
         }

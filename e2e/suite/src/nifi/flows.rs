@@ -59,8 +59,11 @@ pub struct Summary {
     /// Runs that did not reach a final state in time.
     pub unfinished: Vec<String>,
     pub faults_injected: BTreeMap<FaultKind, u64>,
-    /// Answers the contract does not allow (a late report accepted, a 5xx, a refused valid call…).
+    /// Answers the contract does not allow (a late report accepted, a refused valid call…).
     pub anomalies: Vec<String>,
+    /// Calls that found no answer after NiFi's retries (the server down too long): PG-90 took
+    /// over where it could. Expected under injected outages, never otherwise.
+    pub gave_up: Vec<String>,
     pub receiver: ReceiverStats,
     pub requests: u64,
     pub wall_seconds: f64,
@@ -79,6 +82,7 @@ struct Shared {
     faults: Arc<Faults>,
     plan: Plan,
     anomalies: Mutex<Vec<String>>,
+    gave_up: Mutex<Vec<String>>,
     /// Owners that crashed mid-partition: (run, partition) → their claim token.
     crashed: Mutex<HashMap<(Uuid, String), Uuid>>,
     publish_unknown_left: AtomicUsize,
@@ -97,10 +101,30 @@ impl Shared {
         match self.api.post(path, body).await {
             Ok(a) => Some(a),
             Err(e) => {
-                self.anomaly(format!("gave up: {e}"));
+                tracing::warn!(event = "sim_gave_up", error = %e);
+                self.gave_up.lock().unwrap().push(e);
                 None
             }
         }
+    }
+
+    /// PG-90: a stage gave up after its retries; fail the run (expected → fail status).
+    async fn fail_run(&self, run: Uuid, expected: &str, fail: &str, stage: &str) {
+        let body = json!({"expectedStatus": expected, "failStatus": fail, "errorStage": stage,
+                          "errorCode": "NIFI_RETRIES_EXHAUSTED", "message": "NiFi gave up after its retries"});
+        for _ in 0..10 {
+            match self
+                .api
+                .post(&format!("/v1/runs/{run}/fail"), body.clone())
+                .await
+            {
+                // 409: the run moved on meanwhile (the call that seemed lost was applied).
+                Ok(a) if a.ok() || a.status == 409 => return,
+                Ok(a) => return self.anomaly(format!("PG-90 fail {run}: {} {}", a.status, a.body)),
+                Err(_) => tokio::time::sleep(Duration::from_secs(2)).await,
+            }
+        }
+        self.anomaly(format!("PG-90 could not report the failure of {run}"));
     }
 
     /// A call whose only acceptable answer is 200.
@@ -154,6 +178,7 @@ impl Simulation {
             publish_unknown_left: AtomicUsize::new(plan.publish_unknown_runs),
             plan,
             anomalies: Mutex::default(),
+            gave_up: Mutex::default(),
             crashed: Mutex::default(),
             requests: AtomicUsize::new(0),
             work: wtx,
@@ -240,6 +265,7 @@ impl Simulation {
             unfinished,
             faults_injected: sh.faults.injected(),
             anomalies: sh.anomalies.lock().unwrap().clone(),
+            gave_up: sh.gave_up.lock().unwrap().clone(),
             receiver,
             requests: sh.requests.load(Ordering::Relaxed) as u64,
             wall_seconds: started.elapsed().as_secs_f64(),
@@ -251,22 +277,9 @@ impl Simulation {
 async fn drive_run(sh: &Shared, n: usize) -> (Option<Uuid>, Option<String>) {
     let plan = &sh.plan;
     let business_key = format!("{}-{n:05}", plan.business_key_prefix);
-    let Some(created) = sh
-        .post_ok(
-            "/v1/runs",
-            json!({"jobKey": plan.job_key, "businessKey": business_key, "hdfsRoot": plan.hdfs_root,
-                   "stageTablePrefix": "tmp_sim_", "allowEmptySource": false,
-                   "parameters": {"trigger": "nifi-sim"}}),
-        )
-        .await
-    else {
+    let Some((run_id, path)) = create_run(sh, &business_key).await else {
         return (None, None);
     };
-    let Ok(run_id) = Uuid::parse_str(created.str("runId")) else {
-        sh.anomaly(format!("create answered without a runId: {}", created.body));
-        return (None, None);
-    };
-    let path = created.str("hdfsRunPath").to_string();
     let rows = plan.rows_per_chunk * plan.chunks as u64;
     // The manifest as NiFi sends it: every number and boolean a string.
     let partitions: Vec<Value> = (0..plan.partitions)
@@ -287,7 +300,10 @@ async fn drive_run(sh: &Shared, n: usize) -> (Option<Uuid>, Option<String>) {
         .post_ok(&format!("/v1/runs/{run_id}/manifest"), manifest)
         .await
     else {
-        return (Some(run_id), None);
+        // PG-90: MANIFEST failing stage → run fail CREATED → FAILED_MANIFEST.
+        sh.fail_run(run_id, "CREATED", "FAILED_MANIFEST", "MANIFEST")
+            .await;
+        return (Some(run_id), wait_final(sh, run_id).await);
     };
     for p in m.body["dispatchPartitions"]
         .as_array()
@@ -302,19 +318,52 @@ async fn drive_run(sh: &Shared, n: usize) -> (Option<Uuid>, Option<String>) {
             reissue: false,
         });
     }
-    // Wait for a final state, as a dashboard would.
-    let deadline = Instant::now() + plan.run_timeout;
+    (Some(run_id), wait_final(sh, run_id).await)
+}
+
+/// Waits for a final state, as a dashboard would; None when the plan's run timeout passes.
+async fn wait_final(sh: &Shared, run_id: Uuid) -> Option<String> {
+    let deadline = Instant::now() + sh.plan.run_timeout;
     while Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(300)).await;
         sh.requests.fetch_add(1, Ordering::Relaxed);
         if let Ok(a) = sh.api.get(&format!("/v1/runs/{run_id}")).await {
             let status = a.str("status").to_string();
             if FINAL.contains(&status.as_str()) {
-                return (Some(run_id), Some(status));
+                return Some(status);
             }
         }
     }
-    (Some(run_id), None)
+    None
+}
+
+/// PG-10's create. A create whose answer was lost is retried and answered 409
+/// DUPLICATE_ACTIVE_RUN: the flow then adopts the run it created, found by its key (still CREATED).
+async fn create_run(sh: &Shared, business_key: &str) -> Option<(Uuid, String)> {
+    let plan = &sh.plan;
+    let body = json!({"jobKey": plan.job_key, "businessKey": business_key, "hdfsRoot": plan.hdfs_root,
+                      "stageTablePrefix": "tmp_sim_", "allowEmptySource": false,
+                      "parameters": {"trigger": "nifi-sim"}});
+    let created = sh.post("/v1/runs", body).await?;
+    if created.ok() {
+        let run_id = Uuid::parse_str(created.str("runId")).ok()?;
+        return Some((run_id, created.str("hdfsRunPath").to_string()));
+    }
+    if created.status == 409 && created.code() == "DUPLICATE_ACTIVE_RUN" {
+        let query = format!(
+            "/v1/runs?jobKey={}&businessKey={business_key}&status=CREATED&limit=1",
+            plan.job_key
+        );
+        let found = sh.api.get(&query).await.ok()?;
+        let run_id = Uuid::parse_str(found.body.as_array()?.first()?["runId"].as_str()?).ok()?;
+        let detail = sh.api.get(&format!("/v1/runs/{run_id}")).await.ok()?;
+        return Some((run_id, detail.str("hdfsRunPath").to_string()));
+    }
+    sh.anomaly(format!(
+        "POST /v1/runs: {} {}",
+        created.status, created.body
+    ));
+    None
 }
 
 /// PG-20 on one node: claim, then report every chunk (or crash halfway).
@@ -405,7 +454,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         )
         .await
     else {
-        return;
+        return; // VALIDATION_START failing stage: event only, the dispatch is retried
     };
     if !start.flag("started") {
         return; // a resent dispatch: the first delivery runs the flow
@@ -417,19 +466,33 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
     let staging = json!({"stage": "STAGING", "queryVersion": "v1", "metrics": [
         {"metricName": "STAGE_COUNT", "expectedValue": extracted, "actualValue": extracted, "result": "PASS"},
         {"metricName": "DUP_PK_COUNT", "expectedValue": "0", "actualValue": "0", "result": "PASS"}]});
-    sh.post_ok(&format!("/v1/runs/{run}/validations"), staging)
-        .await;
-    let Some(verdict) = sh
-        .post_ok(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+    let verdict = match sh
+        .post_ok(&format!("/v1/runs/{run}/validations"), staging)
         .await
-    else {
+    {
+        Some(_) => {
+            sh.post_ok(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+                .await
+        }
+        None => None,
+    };
+    let Some(verdict) = verdict else {
+        // PG-90: STAGE_VALIDATION failing stage → run fail.
+        sh.fail_run(
+            run,
+            "STAGE_VALIDATING",
+            "FAILED_STAGE_VALIDATION",
+            "STAGE_VALIDATION",
+        )
+        .await;
         return;
     };
     if !verdict.flag("stageValidated") {
         sh.anomaly(format!("stage-validated refused {run}: {}", verdict.body));
         return;
     }
-    // PG-50
+    // PG-50. A claim without an answer is left to the sweeper (PUBLISHING → PUBLISH_UNKNOWN
+    // after recovery.publish_stale): whether it was taken cannot be known here.
     let token = Uuid::new_v4();
     let Some(claim) = sh
         .post_ok(
@@ -451,8 +514,12 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         sh.faults.record(FaultKind::PublishUnknown);
     }
     if forced || sh.faults.draw(FaultKind::PublishUnknown) {
-        sh.post_ok(&format!("/v1/runs/{run}/publish/result"), json!({"publishToken": token, "outcome": "PUBLISH_UNKNOWN",
-            "errorCode": "TIMEOUT", "message": "HiveServer2 connection lost during INSERT OVERWRITE"})).await;
+        sh.post_ok(
+            &format!("/v1/runs/{run}/publish/result"),
+            json!({"publishToken": token, "outcome": "PUBLISH_UNKNOWN", "errorCode": "TIMEOUT",
+                   "message": "HiveServer2 connection lost during INSERT OVERWRITE"}),
+        )
+        .await;
         return;
     }
     let Some(published) = sh
@@ -462,7 +529,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         )
         .await
     else {
-        return;
+        return; // the sweeper turns a PUBLISHING run whose result never came into PUBLISH_UNKNOWN
     };
     if published.str("runStatus") != "PUBLISHED" {
         sh.anomaly(format!("publish result for {run}: {}", published.body));
@@ -475,14 +542,29 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
 async fn finish_target(sh: &Shared, run: Uuid, rows: &str) {
     let target = json!({"stage": "TARGET", "metrics": [
         {"metricName": "TARGET_COUNT", "expectedValue": rows, "actualValue": rows, "result": "PASS"}]});
-    sh.post_ok(&format!("/v1/runs/{run}/validations"), target)
-        .await;
-    if let Some(a) = sh
-        .post_ok(&format!("/v1/runs/{run}/success"), json!({}))
+    let verdict = match sh
+        .post_ok(&format!("/v1/runs/{run}/validations"), target)
         .await
-        && !a.flag("success")
     {
-        sh.anomaly(format!("success refused {run}: {}", a.body));
+        Some(_) => {
+            sh.post_ok(&format!("/v1/runs/{run}/success"), json!({}))
+                .await
+        }
+        None => None,
+    };
+    match verdict {
+        None => {
+            // PG-90: TARGET_VALIDATION failing stage → run fail.
+            sh.fail_run(
+                run,
+                "PUBLISHED",
+                "FAILED_TARGET_VALIDATION",
+                "TARGET_VALIDATION",
+            )
+            .await
+        }
+        Some(a) if !a.flag("success") => sh.anomaly(format!("success refused {run}: {}", a.body)),
+        Some(_) => {}
     }
 }
 
