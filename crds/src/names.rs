@@ -39,6 +39,25 @@ fn key_part(job_key: &str, business_key: &str) -> String {
     trim_alnum(&out).to_string()
 }
 
+/// The value of the `loadcontrol.io/job-key` label: a valid label value for any jobKey (at most
+/// 63 characters of `[a-z0-9-]`, alphanumeric at both ends). A jobKey is `[A-Z0-9_]{1,200}`, so
+/// the readable form is lower-cased with `_` → `-` and trimmed; when that is empty or longer than
+/// 63 characters it is cut to 54 and `-<first 8 hex of the SHA-256 of the jobKey>` is appended.
+pub fn job_key_label(job_key: &str) -> String {
+    let readable = job_key.to_lowercase().replace('_', "-");
+    let readable = trim_alnum(&readable);
+    if !readable.is_empty() && readable.len() <= 63 {
+        return readable.to_string();
+    }
+    let digest = hex::encode(Sha256::digest(job_key.as_bytes()));
+    let head = trim_alnum(&readable[..readable.len().min(54)]);
+    if head.is_empty() {
+        digest[..8].to_string()
+    } else {
+        format!("{head}-{}", &digest[..8])
+    }
+}
+
 pub fn load_run_name(job_key: &str, business_key: &str, run_id: &str) -> String {
     let short: String = run_id
         .chars()
@@ -61,6 +80,40 @@ pub fn load_run_name(job_key: &str, business_key: &str, run_id: &str) -> String 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn label_value(s: &str) -> bool {
+        s.len() <= 63
+            && !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+    }
+
+    #[test]
+    fn job_key_labels_are_valid_label_values_for_any_job_key() {
+        assert_eq!(job_key_label("ORDERS_DAILY"), "orders-daily");
+        let long = format!("_{}_", "A_B".repeat(66));
+        for key in [
+            "X",
+            "_",
+            "___",
+            "_LEADING",
+            "TRAILING_",
+            &"Z".repeat(200),
+            &long,
+            "A1_2B",
+        ] {
+            let l = job_key_label(key);
+            assert!(label_value(&l), "{key:?} → {l:?}");
+        }
+        // Distinct long keys stay distinct.
+        assert_ne!(
+            job_key_label(&"A".repeat(200)),
+            job_key_label(&format!("{}B", "A".repeat(199)))
+        );
+        assert_ne!(job_key_label("_"), job_key_label("__"));
+    }
 
     fn dns_subdomain(s: &str) -> bool {
         !s.is_empty()

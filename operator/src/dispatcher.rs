@@ -24,7 +24,7 @@ pub struct Dispatcher {
     pub config: DispatcherConfig,
     pub metrics: Arc<Metrics>,
     /// Told when a transaction finds this process fenced.
-    pub deposed: Arc<Notify>,
+    pub deposed: crate::leadership::Deposed,
 }
 
 /// The NiFi HTTP client (§6.4): no redirects, HTTP/1.1, optional client certificate and CA bundle.
@@ -102,7 +102,7 @@ impl Dispatcher {
                         epoch = fence.epoch,
                         "dispatcher lease refused: this process no longer leads"
                     );
-                    self.deposed.notify_one();
+                    self.deposed.report(fence.epoch);
                     return;
                 }
                 Err(e) => {
@@ -155,7 +155,7 @@ impl Dispatcher {
             }
             Err(LedgerError::Fenced { .. }) => {
                 tracing::warn!(event = "fenced", dispatch_id = %d.dispatch_id, "outcome not recorded: this process no longer leads");
-                self.deposed.notify_one();
+                self.deposed.report(fence.epoch);
             }
             Err(e) => {
                 tracing::error!(event = "dispatch_record_error", dispatch_id = %d.dispatch_id, error = %e, "recording the outcome failed; the lease will expire")

@@ -296,6 +296,32 @@ pub struct Context {
     pub recorder: Recorder,
     pub lease: Duration,
     pub wake_mirror: Arc<Notify>,
+    /// Runs whose mirroring failed, and when to try each again.
+    pub mirror_backoff: std::sync::Mutex<HashMap<uuid::Uuid, RetryAfter>>,
+}
+
+/// A run's mirroring failed `failures` times in a row; it is skipped until `next`.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryAfter {
+    pub failures: u32,
+    pub next: std::time::Instant,
+}
+
+/// Backoff after the n-th consecutive failure of one run: 2 s, 4 s, 8 s, … at most 5 minutes (pure).
+pub fn mirror_retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_pow(failures.min(9)).min(300))
+}
+
+impl Context {
+    /// Whether this process still holds the epoch `fence` was won with: every Kubernetes write of
+    /// the mirror checks it first, so a deposed leader stops writing at once, not at the end of
+    /// its pass.
+    fn still_leads(&self, fence: &Fence) -> Result<(), LoopError> {
+        match self.fence.borrow().as_ref() {
+            Some(f) if f.epoch == fence.epoch => Ok(()),
+            _ => Err(LoopError::NotLeading(fence.epoch)),
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -306,6 +332,8 @@ pub enum LoopError {
     Ledger(#[from] ledger::LedgerError),
     #[error("finalizer: {0}")]
     Finalizer(String),
+    #[error("leadership of epoch {0} lost: nothing more is written")]
+    NotLeading(i64),
 }
 
 fn source_of(job: &LoadJob) -> String {
@@ -509,86 +537,135 @@ pub async fn run_mirror(
 async fn mirror_pass(ctx: &Context, fence: &Fence) -> Result<(), LoopError> {
     let mut owners: HashMap<String, Option<LoadJob>> = HashMap::new();
     for run in ctx.ledger.mirrored_runs().await? {
-        let mut parts = run.source.splitn(3, '/').skip(1);
-        let (Some(ns), Some(job_name)) = (parts.next(), parts.next()) else {
+        let due = ctx
+            .mirror_backoff
+            .lock()
+            .expect("backoff lock")
+            .get(&run.run_id)
+            .copied();
+        if due.is_some_and(|d| std::time::Instant::now() < d.next) {
             continue;
-        };
-        let owner = match owners.get(&run.source) {
-            Some(o) => o.clone(),
-            None => {
-                let o = Api::<LoadJob>::namespaced(ctx.client.clone(), ns)
-                    .get_opt(job_name)
-                    .await?;
-                owners.insert(run.source.clone(), o.clone());
-                o
+        }
+        match mirror_run(ctx, fence, &run, &mut owners).await {
+            Ok(()) => {
+                if due.is_some() {
+                    ctx.mirror_backoff
+                        .lock()
+                        .expect("backoff lock")
+                        .remove(&run.run_id);
+                }
             }
-        };
-        let Some(owner) = owner else { continue };
-        let api: Api<LoadRun> = Api::namespaced(ctx.client.clone(), ns);
-        let name = load_run_name(&run.job_key, &run.business_key, &run.run_id.to_string());
-        let existing = match api.get_opt(&name).await? {
-            Some(lr) => lr,
-            None => {
-                let lr = LoadRun {
-                    metadata: ObjectMeta {
-                        name: Some(name.clone()),
-                        owner_references: Some(vec![owner_reference(&owner)]),
-                        labels: Some(
-                            [(
-                                "loadcontrol.io/job-key".to_string(),
-                                run.job_key.to_lowercase().replace('_', "-"),
-                            )]
-                            .into(),
-                        ),
-                        ..Default::default()
+            // Leadership is gone: the rest of the pass writes nothing.
+            Err(e @ LoopError::NotLeading(_)) => return Err(e),
+            // One run's failure never stops the others: it backs off on its own.
+            Err(e) => {
+                let failures = due.map_or(1, |d| d.failures + 1);
+                let delay = mirror_retry_delay(failures);
+                ctx.mirror_backoff.lock().expect("backoff lock").insert(
+                    run.run_id,
+                    RetryAfter {
+                        failures,
+                        next: std::time::Instant::now() + delay,
                     },
-                    spec: LoadRunSpec {
-                        job_key: run.job_key.clone(),
-                        business_key: run.business_key.clone(),
-                        run_id: run.run_id.to_string(),
-                        cancel: None,
-                        resolution: None,
-                    },
-                    status: None,
-                };
-                api.create(&PostParams::default(), &lr).await?
+                );
+                tracing::warn!(event = "loadrun_mirror_run_error", run_id = %run.run_id, job_key = %run.job_key,
+                    failures, retry_in_s = delay.as_secs(), error = %e, "mirroring this run failed; the others go on");
             }
-        };
-        if act_on_requests(ctx, fence, &existing, &run, ns).await? {
-            // The ledger changed; the NOTIFY brings the new state into the next pass.
-            continue;
         }
-        let previous = existing.status.as_ref();
-        let status = run_status(&run, previous);
-        if previous == Some(&status) {
-            continue;
-        }
-        if let Some((type_, reason, note)) = phase_event(previous.map(|p| p.phase.as_str()), &run) {
-            publish(ctx, &existing, type_, reason, note, "Mirror").await;
-        }
-        if run.d_dead_alerting > previous.map_or(0, |p| p.dispatches.dead)
-            && previous.is_none_or(|p| p.dispatches.dead < run.d_dead)
-        {
-            publish(
-                ctx,
-                &existing,
-                EventType::Warning,
-                "DispatchDead",
-                format!(
-                    "{} DEAD dispatch(es); an operator must resend",
-                    run.d_dead_alerting
-                ),
-                "Mirror",
-            )
-            .await;
-        }
-        api.patch_status(
-            &name,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
-        )
-        .await?;
     }
+    Ok(())
+}
+
+/// Mirrors one ledger run into its LoadRun (created if missing), and carries out its requests.
+async fn mirror_run(
+    ctx: &Context,
+    fence: &Fence,
+    run: &MirroredRun,
+    owners: &mut HashMap<String, Option<LoadJob>>,
+) -> Result<(), LoopError> {
+    let mut parts = run.source.splitn(3, '/').skip(1);
+    let (Some(ns), Some(job_name)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    let owner = match owners.get(&run.source) {
+        Some(o) => o.clone(),
+        None => {
+            let o = Api::<LoadJob>::namespaced(ctx.client.clone(), ns)
+                .get_opt(job_name)
+                .await?;
+            owners.insert(run.source.clone(), o.clone());
+            o
+        }
+    };
+    let Some(owner) = owner else {
+        return Ok(());
+    };
+    let api: Api<LoadRun> = Api::namespaced(ctx.client.clone(), ns);
+    let name = load_run_name(&run.job_key, &run.business_key, &run.run_id.to_string());
+    let existing = match api.get_opt(&name).await? {
+        Some(lr) => lr,
+        None => {
+            let lr = LoadRun {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    owner_references: Some(vec![owner_reference(&owner)]),
+                    labels: Some(
+                        [(
+                            "loadcontrol.io/job-key".to_string(),
+                            crds::names::job_key_label(&run.job_key),
+                        )]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+                spec: LoadRunSpec {
+                    job_key: run.job_key.clone(),
+                    business_key: run.business_key.clone(),
+                    run_id: run.run_id.to_string(),
+                    cancel: None,
+                    resolution: None,
+                },
+                status: None,
+            };
+            ctx.still_leads(fence)?;
+            api.create(&PostParams::default(), &lr).await?
+        }
+    };
+    if act_on_requests(ctx, fence, &existing, run, ns).await? {
+        // The ledger changed; the NOTIFY brings the new state into the next pass.
+        return Ok(());
+    }
+    let previous = existing.status.as_ref();
+    let status = run_status(run, previous);
+    if previous == Some(&status) {
+        return Ok(());
+    }
+    ctx.still_leads(fence)?;
+    if let Some((type_, reason, note)) = phase_event(previous.map(|p| p.phase.as_str()), run) {
+        publish(ctx, &existing, type_, reason, note, "Mirror").await;
+    }
+    if run.d_dead_alerting > previous.map_or(0, |p| p.dispatches.dead)
+        && previous.is_none_or(|p| p.dispatches.dead < run.d_dead)
+    {
+        publish(
+            ctx,
+            &existing,
+            EventType::Warning,
+            "DispatchDead",
+            format!(
+                "{} DEAD dispatch(es); an operator must resend",
+                run.d_dead_alerting
+            ),
+            "Mirror",
+        )
+        .await;
+    }
+    api.patch_status(
+        &name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": status})),
+    )
+    .await?;
     Ok(())
 }
 
@@ -696,6 +773,15 @@ pub fn recorder(client: Client, identity: &str) -> Recorder {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_failing_run_backs_off_exponentially_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=12).map(|n| mirror_retry_delay(n).as_secs()).collect();
+        assert_eq!(&delays[..5], &[2, 4, 8, 16, 32]);
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*delays.last().unwrap(), 300);
+    }
+
     use super::*;
     use crds::{LoadJobSpec, RecoveryMode, RecoverySpec};
 

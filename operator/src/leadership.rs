@@ -3,7 +3,9 @@
 //! the standalone mode's PostgreSQL advisory lock held on a dedicated connection.
 use ledger::{Fence, Ledger};
 use sqlx::{Connection, PgConnection};
+use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::watch;
 
 /// Fixed by the contract (§7.1): how often a follower tries again.
 pub const RETRY_PERIOD: Duration = Duration::from_secs(2);
@@ -110,4 +112,65 @@ pub fn default_identity() -> String {
         std::process::id(),
         &uuid::Uuid::new_v4().simple().to_string()[..6]
     )
+}
+
+/// How a fenced write tells the leadership loop that this process was deposed. It carries the
+/// refused epoch, and only a refusal of the epoch currently held makes the loop resign: a late
+/// refusal of an older epoch (a transaction still in flight when leadership changed hands) is no
+/// news, and nothing is left behind to make a fresh leader resign at once.
+#[derive(Clone)]
+pub struct Deposed(Arc<watch::Sender<i64>>);
+
+impl Default for Deposed {
+    fn default() -> Deposed {
+        Deposed(Arc::new(watch::channel(0).0))
+    }
+}
+
+impl Deposed {
+    /// A write under `epoch` was refused by the fence.
+    pub fn report(&self, epoch: i64) {
+        self.0.send_if_modified(|highest| {
+            let newer = epoch > *highest;
+            if newer {
+                *highest = epoch;
+            }
+            newer
+        });
+    }
+
+    /// Resolves once a write under `epoch` (or a later one) has been refused.
+    pub async fn wait(&self, epoch: i64) {
+        let mut rx = self.0.subscribe();
+        let _ = rx.wait_for(|highest| *highest >= epoch).await;
+    }
+}
+
+#[cfg(test)]
+mod deposed_tests {
+    use super::Deposed;
+    use std::time::Duration;
+
+    async fn resolves(d: &Deposed, epoch: i64) -> bool {
+        tokio::time::timeout(Duration::from_millis(50), d.wait(epoch))
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn only_a_refusal_of_the_held_epoch_deposes() {
+        let d = Deposed::default();
+        assert!(!resolves(&d, 1).await, "nothing refused yet");
+        d.report(1);
+        assert!(resolves(&d, 1).await, "epoch 1 was refused");
+        // A stale refusal of epoch 1 arriving after epoch 2 was won leaves no permit behind.
+        assert!(!resolves(&d, 2).await, "the new leader of epoch 2 stays");
+        d.report(1);
+        assert!(
+            !resolves(&d, 2).await,
+            "a late refusal of an older epoch is no news"
+        );
+        d.report(2);
+        assert!(resolves(&d, 2).await);
+    }
 }

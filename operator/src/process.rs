@@ -33,7 +33,7 @@ impl Operator {
         leadership: L,
     ) -> anyhow::Result<Operator> {
         let metrics = Arc::new(Metrics::default());
-        let deposed = Arc::new(Notify::new());
+        let deposed = crate::leadership::Deposed::default();
         let dispatcher = Arc::new(Dispatcher {
             ledger: ledger.clone(),
             client: http_client(&config.nifi)?,
@@ -99,6 +99,7 @@ impl Operator {
             fence: op.fence.clone(),
             lease: config.dispatch.lease.0,
             wake_mirror: Arc::new(Notify::new()),
+            mirror_backoff: Default::default(),
         });
         let listen = config
             .database
@@ -170,7 +171,7 @@ async fn lead<L: Leadership>(
     sweeper: Arc<Sweeper>,
     fence_tx: watch::Sender<Option<Fence>>,
     mut shutdown: watch::Receiver<bool>,
-    deposed: Arc<Notify>,
+    deposed: crate::leadership::Deposed,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
     let d = tokio::spawn(dispatcher.run(fence_tx.subscribe(), shutdown.clone()));
@@ -185,7 +186,7 @@ async fn lead<L: Leadership>(
         let _ = fence_tx.send(Some(fence.clone()));
         let stop = tokio::select! {
             _ = leadership.lost() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "leadership lost"); false }
-            _ = deposed.notified() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
+            _ = deposed.wait(fence.epoch) => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
             _ = shutdown.wait_for(|s| *s) => true,
         };
         let _ = fence_tx.send(None);

@@ -4,13 +4,13 @@ use crate::metrics::Metrics;
 use ledger::{Fence, Ledger, LedgerError};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 pub struct Sweeper {
     pub ledger: Ledger,
     pub interval: Duration,
     pub metrics: Arc<Metrics>,
-    pub deposed: Arc<Notify>,
+    pub deposed: crate::leadership::Deposed,
 }
 
 impl Sweeper {
@@ -58,7 +58,7 @@ impl Sweeper {
                     epoch = fence.epoch,
                     "sweeper tick refused: this process no longer leads"
                 );
-                self.deposed.notify_one();
+                self.deposed.report(fence.epoch);
             }
             Err(e) => tracing::error!(event = "sweeper_error", error = %e, "sweeper tick failed"),
         }

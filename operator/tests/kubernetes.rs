@@ -799,3 +799,32 @@ async fn helm_install_creates_every_object() {
         .collect();
     assert_eq!(containers, vec!["api-server", "operator"]);
 }
+
+/// A jobKey of 200 characters with a leading `_` makes no valid label value as it is; its run is
+/// mirrored with a hashed label, and it never holds up the runs after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_awkward_job_key_is_mirrored_and_holds_up_no_other_run() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    let long = format!("_{}", "LONG_KEY".repeat(25))[..200].to_string();
+    c.apply(&format!("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {{name: long}}\nspec: {{jobKey: {long}}}\n"));
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: plain}\nspec: {jobKey: PLAIN}\n");
+    for key in [long.as_str(), "PLAIN"] {
+        eventually("load_job row", Duration::from_secs(20), || c.job_row(key)).await;
+    }
+    let (_, first) = c.post("/v1/runs", json!({"jobKey": long, "businessKey": "b1", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    let (_, second) = c.post("/v1/runs", json!({"jobKey": "PLAIN", "businessKey": "b1", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    for created in [first, second] {
+        let run: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+        let lr = c.wait_phase(run, "CREATED").await;
+        let label = &lr.metadata.labels.as_ref().unwrap()["loadcontrol.io/job-key"];
+        assert!(
+            label.len() <= 63 && label.starts_with(|ch: char| ch.is_ascii_alphanumeric()),
+            "{label}"
+        );
+        assert_eq!(label, &crds::names::job_key_label(&lr.spec.job_key));
+    }
+}

@@ -149,7 +149,7 @@ impl Env {
                 signing_secret: self.config.nifi.signing_secret.clone(),
             },
             metrics: Arc::new(Metrics::default()),
-            deposed: Arc::new(Notify::new()),
+            deposed: Default::default(),
         }
     }
 
