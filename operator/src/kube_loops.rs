@@ -296,6 +296,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub lease: Duration,
     pub wake_mirror: Arc<Notify>,
+    /// The namespaces whose LoadJobs and LoadRuns this installation owns.
+    pub scope: crate::scope::WatchScope,
     /// Runs whose mirroring failed, and when to try each again.
     pub mirror_backoff: std::sync::Mutex<HashMap<uuid::Uuid, RetryAfter>>,
 }
@@ -462,15 +464,21 @@ fn error_policy(_job: Arc<LoadJob>, error: &LoopError, _ctx: Arc<Context>) -> Ac
 }
 
 /// Loop 1: the LoadJob controller, until `shutdown`.
-pub async fn run_job_controller(ctx: Arc<Context>, mut shutdown: watch::Receiver<bool>) {
-    let jobs: Api<LoadJob> = Api::all(ctx.client.clone());
-    let controller = Controller::new(jobs, watcher::Config::default())
-        .graceful_shutdown_on(async move {
-            let _ = shutdown.wait_for(|s| *s).await;
-        })
-        .run(reconcile_job, error_policy, ctx)
-        .for_each(|_| async {});
-    controller.await;
+pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
+    let controllers = ctx
+        .scope
+        .apis::<LoadJob>(&ctx.client)
+        .into_iter()
+        .map(|jobs| {
+            let mut shutdown = shutdown.clone();
+            Controller::new(jobs, watcher::Config::default())
+                .graceful_shutdown_on(async move {
+                    let _ = shutdown.wait_for(|s| *s).await;
+                })
+                .run(reconcile_job, error_policy, ctx.clone())
+                .for_each(|_| async {})
+        });
+    futures::future::join_all(controllers).await;
 }
 
 /// Loop 2: ledger → LoadRuns (LISTEN `load_run` + LoadRun watch + periodic resync), and LoadRun
@@ -500,8 +508,8 @@ pub async fn run_mirror(
             }
         });
     }
-    {
-        let (wake, runs) = (wake.clone(), Api::<LoadRun>::all(ctx.client.clone()));
+    for runs in ctx.scope.apis::<LoadRun>(&ctx.client) {
+        let wake = wake.clone();
         wakers.spawn(async move {
             // Backoff: a missing CRD, a 403 or an API outage must not become a busy loop.
             let mut stream = watcher(runs, watcher::Config::default())
@@ -587,6 +595,9 @@ async fn mirror_run(
     let (Some(ns), Some(job_name)) = (parts.next(), parts.next()) else {
         return Ok(());
     };
+    if !ctx.scope.covers(ns) {
+        return Ok(()); // another installation's LoadJob
+    }
     let owner = match owners.get(&run.source) {
         Some(o) => o.clone(),
         None => {

@@ -8,5 +8,6 @@ pub mod leadership;
 pub mod lease;
 pub mod metrics;
 pub mod process;
+pub mod scope;
 pub mod sweeper;
 pub mod uninstall;

@@ -31,6 +31,15 @@ struct Cli {
     /// Namespace of the leader Lease (Kubernetes mode).
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
     namespace: String,
+    /// Watch only these namespaces' LoadJobs and LoadRuns (repeatable or comma-separated;
+    /// Kubernetes mode). Without it the whole cluster is watched: one installation per cluster.
+    #[arg(
+        long = "watch-namespace",
+        env = "WATCH_NAMESPACES",
+        value_name = "NS",
+        value_delimiter = ','
+    )]
+    watch_namespaces: Vec<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -47,7 +56,11 @@ enum Command {
     },
 }
 
-async fn release_finalizers(namespace: &str, stop: Option<&str>) -> anyhow::Result<()> {
+async fn release_finalizers(
+    namespace: &str,
+    stop: Option<&str>,
+    scope: &lcoperator::scope::WatchScope,
+) -> anyhow::Result<()> {
     lcconfig::logging::init(&Default::default());
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = kube::Client::try_default()
@@ -62,7 +75,7 @@ async fn release_finalizers(namespace: &str, stop: Option<&str>) -> anyhow::Resu
         )
         .await?;
     }
-    let n = lcoperator::uninstall::release_finalizers(client).await?;
+    let n = lcoperator::uninstall::release_finalizers(client, scope).await?;
     tracing::info!(
         event = "finalizers_released",
         count = n,
@@ -73,7 +86,8 @@ async fn release_finalizers(namespace: &str, stop: Option<&str>) -> anyhow::Resu
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::ReleaseFinalizers { stop_deployment }) = &cli.command {
-        return release_finalizers(&cli.namespace, stop_deployment.as_deref()).await;
+        let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
+        return release_finalizers(&cli.namespace, stop_deployment.as_deref(), &scope).await;
     }
     let config = Config::load(&config_path(cli.config.as_deref()), std::env::vars())?;
     config.validate()?;
@@ -101,7 +115,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let client = kube::Client::try_default()
             .await
             .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
-        Operator::start_kubernetes(&config, ledger.clone(), client, &cli.namespace, &identity)?
+        let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
+        tracing::info!(event = "watch_scope", scope = %scope, "watching LoadJobs and LoadRuns");
+        Operator::start_kubernetes(
+            &config,
+            ledger.clone(),
+            client,
+            &cli.namespace,
+            &identity,
+            scope,
+        )?
     };
     if let Some(port) = config.worker.metrics_port {
         let addr = format!("{}:{port}", config.worker.metrics_host);

@@ -84,6 +84,7 @@ impl Operator {
         client: kube::Client,
         namespace: &str,
         identity: &str,
+        scope: crate::scope::WatchScope,
     ) -> anyhow::Result<Operator> {
         let leadership = crate::lease::KubeLeaseLeadership::new(
             client.clone(),
@@ -100,6 +101,7 @@ impl Operator {
             lease: config.dispatch.lease.0,
             wake_mirror: Arc::new(Notify::new()),
             mirror_backoff: Default::default(),
+            scope,
         });
         let listen = config
             .database

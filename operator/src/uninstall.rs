@@ -6,8 +6,10 @@
 //! the finalizer straight back), then removes only our finalizer. Ledger rows stay: a later
 //! install adopts its LoadJobs again.
 use crate::kube_loops::FINALIZER;
+use crate::scope::WatchScope;
 use crds::LoadJob;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use std::time::{Duration, Instant};
@@ -36,10 +38,29 @@ pub async fn stop_deployment(
     )
     .await
     .map_err(|e| anyhow::anyhow!("scaling Deployment {namespace}/{name} to zero: {e}"))?;
+    // Wait for the pods themselves, terminating ones included: a stopping operator still
+    // reconciles until its process ends, and would put the finalizer back.
+    let d = api.get(name).await?;
+    let selector = d
+        .spec
+        .and_then(|s| s.selector.match_labels)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    anyhow::ensure!(
+        !selector.is_empty(),
+        "Deployment {namespace}/{name} has no selector labels"
+    );
+    let pods: Api<Pod> = Api::namespaced(api.into_client(), namespace);
     let deadline = Instant::now() + limit;
     loop {
-        let d = api.get(name).await?;
-        let left = d.status.and_then(|s| s.replicas).unwrap_or(0);
+        let left = pods
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .len();
         if left == 0 {
             tracing::info!(
                 event = "deployment_stopped",
@@ -58,10 +79,13 @@ pub async fn stop_deployment(
 }
 
 /// Removes our finalizer from every LoadJob that carries it; returns how many were released.
-pub async fn release_finalizers(client: Client) -> anyhow::Result<usize> {
-    let all: Api<LoadJob> = Api::all(client.clone());
+pub async fn release_finalizers(client: Client, scope: &WatchScope) -> anyhow::Result<usize> {
+    let mut jobs = vec![];
+    for api in scope.apis::<LoadJob>(&client) {
+        jobs.extend(api.list(&ListParams::default()).await?.items);
+    }
     let mut released = 0;
-    for job in all.list(&ListParams::default()).await?.items {
+    for job in jobs {
         let finalizers = job.finalizers().to_vec();
         if !finalizers.iter().any(|f| f == FINALIZER) {
             continue;

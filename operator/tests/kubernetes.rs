@@ -7,6 +7,7 @@ use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use kubetest::ControlPlane;
 use lcoperator::process::Operator;
+use lcoperator::scope::WatchScope;
 use serde_json::{Value, json};
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -108,6 +109,7 @@ impl Cluster {
             self.cp.client().await.unwrap(),
             &self.ns,
             identity,
+            WatchScope::Namespaces(vec![self.ns.clone()]),
         )
         .unwrap()
     }
@@ -559,6 +561,7 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
         sa.clone(),
         &c.ns,
         "as-sa",
+        WatchScope::Cluster,
     )
     .unwrap();
     op.wait_leading(Duration::from_secs(20))

@@ -53,6 +53,8 @@ app.kubernetes.io/component: server
   valueFrom: {fieldRef: {fieldPath: metadata.name}}
 - name: POD_NAMESPACE
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
+- name: WATCH_NAMESPACES
+  value: {{ join "," .Values.watchNamespaces | quote }}
 {{- end -}}
 
 {{- define "load-control.securityContext" -}}

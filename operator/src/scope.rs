@@ -1,0 +1,82 @@
+//! Which namespaces the operator watches: the whole cluster (one installation per cluster), or a
+//! list (several installations side by side, each with a Role in its namespaces only). Two
+//! installations never touch each other's LoadJobs and LoadRuns when their lists do not overlap.
+use kube::{Api, Client, Resource};
+use serde::de::DeserializeOwned;
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum WatchScope {
+    #[default]
+    Cluster,
+    Namespaces(Vec<String>),
+}
+
+impl WatchScope {
+    /// From `--watch-namespace` values (empty: the whole cluster); blanks and repeats dropped.
+    pub fn from_list(list: &[String]) -> WatchScope {
+        let mut ns: Vec<String> = list
+            .iter()
+            .flat_map(|v| v.split(','))
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_string)
+            .collect();
+        ns.sort();
+        ns.dedup();
+        if ns.is_empty() {
+            WatchScope::Cluster
+        } else {
+            WatchScope::Namespaces(ns)
+        }
+    }
+
+    /// Whether objects in `namespace` are ours to act on.
+    pub fn covers(&self, namespace: &str) -> bool {
+        match self {
+            WatchScope::Cluster => true,
+            WatchScope::Namespaces(list) => list.iter().any(|n| n == namespace),
+        }
+    }
+
+    /// One API handle per watched namespace (or one for the whole cluster).
+    pub fn apis<K>(&self, client: &Client) -> Vec<Api<K>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope>
+            + Clone
+            + DeserializeOwned
+            + std::fmt::Debug,
+        K::DynamicType: Default,
+    {
+        match self {
+            WatchScope::Cluster => vec![Api::all(client.clone())],
+            WatchScope::Namespaces(list) => list
+                .iter()
+                .map(|n| Api::namespaced(client.clone(), n))
+                .collect(),
+        }
+    }
+}
+
+impl std::fmt::Display for WatchScope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WatchScope::Cluster => f.write_str("all namespaces"),
+            WatchScope::Namespaces(list) => write!(f, "namespaces {}", list.join(",")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_scopes_and_nothing_means_the_cluster() {
+        assert_eq!(WatchScope::from_list(&[]), WatchScope::Cluster);
+        assert_eq!(WatchScope::from_list(&[" ".into()]), WatchScope::Cluster);
+        let s = WatchScope::from_list(&["b,a".into(), "a".into()]);
+        assert_eq!(s, WatchScope::Namespaces(vec!["a".into(), "b".into()]));
+        assert!(s.covers("a") && s.covers("b") && !s.covers("c"));
+        assert!(WatchScope::Cluster.covers("anything"));
+    }
+}
