@@ -3,4 +3,5 @@
 pub mod check;
 pub mod nifi;
 pub mod node;
+pub mod release;
 pub mod standalone;

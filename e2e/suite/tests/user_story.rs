@@ -2,153 +2,12 @@
 //! operator do, through the shipped parts only — the image, `helm`, `kubectl`, the Service, and a
 //! NiFi (the simulator) inside the cluster network. Needs `scripts/cluster-up` and the image
 //! loaded (`scripts/test` does both; `LC_IMAGE_TAG` and `LC_IMAGE_TAG_NEXT` name the tags).
-use e2e::node::{Node, wait_for};
-use serde_json::Value;
+use e2e::node::wait_for;
+use e2e::release::{Release, condition};
+use serde_json::{Value, json};
 use sqlx::Connection;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
-
-const RECEIVER_PORT: u16 = 18090;
-
-struct Story {
-    node: Node,
-    ns: String,
-    release: String,
-    db: String,
-    repo: String,
-}
-
-impl Story {
-    fn k(&self, args: &[&str]) -> String {
-        let mut a = vec!["-n", self.ns.as_str()];
-        a.extend_from_slice(args);
-        self.node.kubectl(&a).unwrap_or_else(|e| panic!("{e:#}"))
-    }
-
-    fn kj(&self, args: &[&str]) -> Value {
-        let mut a = vec!["-n", self.ns.as_str()];
-        a.extend_from_slice(args);
-        self.node
-            .kubectl_json(&a)
-            .unwrap_or_else(|e| panic!("{e:#}"))
-    }
-
-    fn helm_install_args(&self, verb: &str, tag: &str) -> Vec<String> {
-        [
-            verb,
-            &self.release,
-            &format!("{}/charts/load-control", self.repo),
-            "-n",
-            &self.ns,
-            "--set",
-            &format!("image.tag={tag}"),
-            "--set",
-            "database.existingSecret=lc-db",
-            "--set",
-            "auth.existingSecret=lc-tokens",
-            "--set",
-            &format!(
-                "config.nifi.receiver_url=http://{}:{RECEIVER_PORT}/nifi-pg05",
-                self.node.ip()
-            ),
-            "--wait",
-            "--wait-for-jobs",
-            "--timeout",
-            "180s",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect()
-    }
-
-    fn helm(&self, args: &[String]) -> String {
-        let a: Vec<&str> = args.iter().map(String::as_str).collect();
-        self.node.helm(&a).unwrap_or_else(|e| panic!("{e:#}"))
-    }
-
-    fn service_ip(&self) -> String {
-        self.k(&[
-            "get",
-            "svc",
-            &format!("{}-load-control", self.release),
-            "-o",
-            "jsonpath={.spec.clusterIP}",
-        ])
-    }
-
-    /// The simulator inside the cluster network, through the Service; its summary.
-    fn simulate(&self, extra: &[&str]) -> Value {
-        let api = format!("http://{}:8080", self.service_ip());
-        let out = self
-            .node
-            .in_netns(env!("CARGO_BIN_EXE_nifi-sim"))
-            .args([
-                "--api",
-                &api,
-                "--token",
-                "story-nifi-token",
-                "--receiver-listen",
-                &format!("{}:{RECEIVER_PORT}", self.node.ip()),
-                "--receiver-prefix",
-                "/nifi-pg05",
-                "--job",
-                "STORY_JOB",
-                "--business-key-prefix",
-                &format!("{}-{}", self.ns, Instant::now().elapsed().as_nanos()),
-            ])
-            .args(extra)
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("nifi-sim runs");
-        let text = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(text.lines().last().unwrap_or(""))
-            .unwrap_or_else(|_| panic!("nifi-sim printed no summary: {text}"))
-    }
-
-    fn lease_holder_pod(&self) -> Option<String> {
-        let holder = self.k(&[
-            "get",
-            "lease",
-            "load-control-leader",
-            "-o",
-            "jsonpath={.spec.holderIdentity}",
-        ]);
-        holder
-            .split(':')
-            .next()
-            .filter(|p| !p.is_empty())
-            .map(str::to_string)
-    }
-
-    fn loadrun(&self, run_id: &str) -> Option<Value> {
-        let runs = self.kj(&["get", "loadruns"]);
-        runs["items"]
-            .as_array()?
-            .iter()
-            .find(|r| r["spec"]["runId"] == run_id)
-            .cloned()
-    }
-
-    fn wait_phase(&self, run_id: &str, phase: &str) -> Value {
-        wait_for(
-            &format!("LoadRun of {run_id} in phase {phase}"),
-            Duration::from_secs(60),
-            || {
-                Ok(self
-                    .loadrun(run_id)
-                    .filter(|r| r["status"]["phase"] == phase))
-            },
-        )
-        .unwrap_or_else(|e| panic!("{e:#}"))
-    }
-}
-
-fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
-    obj["status"]["conditions"]
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == kind)
-}
 
 async fn ledger_epoch(url: &str) -> (i64, String) {
     let mut c = sqlx::PgConnection::connect(url).await.expect("ledger");
@@ -160,79 +19,20 @@ async fn ledger_epoch(url: &str) -> (i64, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_story_on_a_real_node() {
-    let node = Node::from_env().expect("scripts/cluster-up first");
     let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
     let next_tag = std::env::var("LC_IMAGE_TAG_NEXT")
         .expect("LC_IMAGE_TAG_NEXT: a second image tag for the upgrade (scripts/test)");
-    let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
-    let s = Story {
-        ns: format!("story-{suffix}"),
-        release: "lc".into(),
-        db: format!("story_{suffix}"),
-        repo: format!("{}/../..", env!("CARGO_MANIFEST_DIR")),
-        node,
-    };
-    let admin = s.node.pg_url().to_string();
-    let mut pg = sqlx::PgConnection::connect(&admin)
-        .await
-        .expect("node PostgreSQL");
-    sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {}", s.db)))
-        .execute(&mut pg)
-        .await
-        .unwrap();
-    let ledger_url = format!("{}/{}", admin.rsplit_once('/').unwrap().0, s.db);
-    let in_cluster_url = format!(
-        "{}/{}",
-        s.node.pg_url_in_cluster().rsplit_once('/').unwrap().0,
-        s.db
-    );
+    let s = Release::prepare("story", env!("CARGO_BIN_EXE_nifi-sim")).await;
 
-    // 1. Install, as the README says: CRDs, two Secrets, helm install --wait --wait-for-jobs.
-    s.node
-        .kubectl(&["apply", "--server-side", "-f", &format!("{}/crds/", s.repo)])
-        .unwrap();
-    s.node.kubectl(&["create", "namespace", &s.ns]).unwrap();
-    s.k(&[
-        "create",
-        "secret",
-        "generic",
-        "lc-db",
-        &format!("--from-literal=DATABASE_URL={in_cluster_url}"),
-    ]);
-    let digest = |t: &str| {
-        use std::io::Write;
-        let mut c = std::process::Command::new(format!("{}/target/debug/load-control-api", s.repo))
-            .arg("hash-token")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        c.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
-        String::from_utf8(c.wait_with_output().unwrap().stdout)
-            .unwrap()
-            .trim()
-            .to_string()
-    };
-    let tokens = format!(
-        "[{{name: story-nifi, role: nifi, sha256: {}}}, {{name: story-ops, role: operator, sha256: {}}}]",
-        digest("story-nifi-token"),
-        digest("story-ops-token")
-    );
-    s.k(&[
-        "create",
-        "secret",
-        "generic",
-        "lc-tokens",
-        &format!("--from-literal=tokens.yaml={tokens}"),
-    ]);
+    // 1. helm install --wait --wait-for-jobs, as the README says.
     let t0 = Instant::now();
-    s.helm(&s.helm_install_args("install", &tag));
+    s.helm_install("install", &tag);
     let install_secs = t0.elapsed().as_secs_f64();
     // The migration hook completed: the ledger schema exists in the release's database.
     let (tables,): (i64,) = sqlx::query_as(
         "SELECT count(*) FROM information_schema.tables WHERE table_schema = 'nifi_ops'",
     )
-    .fetch_one(&mut sqlx::PgConnection::connect(&ledger_url).await.unwrap())
+    .fetch_one(&mut sqlx::PgConnection::connect(&s.ledger_url).await.unwrap())
     .await
     .unwrap();
     assert!(
@@ -240,8 +40,7 @@ async fn user_story_on_a_real_node() {
         "migration hook created the ledger tables ({tables})"
     );
     // Both containers of both pods Ready.
-    let pods = s.kj(&["get", "pods", "-l", "app.kubernetes.io/component=server"]);
-    let pods = pods["items"].as_array().unwrap().clone();
+    let pods = s.server_pods();
     assert_eq!(pods.len(), 2, "two replicas");
     for p in &pods {
         let statuses = p["status"]["containerStatuses"].as_array().unwrap();
@@ -249,6 +48,25 @@ async fn user_story_on_a_real_node() {
         assert!(
             statuses.iter().all(|c| c["ready"] == true),
             "containers ready: {statuses:?}"
+        );
+    }
+    // Pod start: from creation to Ready, as the API server recorded them.
+    for p in &pods {
+        let created = p["metadata"]["creationTimestamp"]
+            .as_str()
+            .unwrap_or_default();
+        let ready = condition(p, "Ready")
+            .and_then(|c| c["lastTransitionTime"].as_str())
+            .unwrap_or_default();
+        let secs = |t: &str| {
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map(|d| d.timestamp())
+                .unwrap_or(0)
+        };
+        eprintln!(
+            "story: pod {} Ready {}s after creation",
+            p["metadata"]["name"],
+            secs(ready) - secs(created)
         );
     }
     let pod_names: Vec<String> = pods
@@ -265,13 +83,12 @@ async fn user_story_on_a_real_node() {
         "Lease held by {leader}, one of {pod_names:?}"
     );
     // The API answers through the Service (helm test).
-    let test = s.helm(&["test".into(), s.release.clone(), "-n".into(), s.ns.clone()]);
+    let test = s.helm(&["test", &s.name]);
     assert!(test.contains("Succeeded"), "helm test: {test}");
     eprintln!("story: helm install --wait --wait-for-jobs took {install_secs:.1}s");
 
     // 2. kubectl apply a LoadJob.
-    s.node.kubectl_stdin(&["-n", &s.ns, "apply", "-f", "-"], "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\n\
-        metadata: {name: story-job}\nspec:\n  jobKey: STORY_JOB\n  recovery: {mode: REISSUE, stale: 20s, extractQueryTimeout: 10s}\n").unwrap();
+    s.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: story-job}\nspec:\n  jobKey: STORY_JOB\n  recovery: {mode: REISSUE, stale: 20s, extractQueryTimeout: 10s}\n");
     wait_for("LoadJob Ready", Duration::from_secs(30), || {
         let j = s.kj(&["get", "loadjob", "story-job"]);
         Ok(condition(&j, "Ready")
@@ -281,22 +98,25 @@ async fn user_story_on_a_real_node() {
     .unwrap();
 
     // 3. NiFi drives runs through the Service; the first publish's outcome is unknown.
-    let summary = s.simulate(&[
-        "--runs",
-        "3",
-        "--partitions",
-        "4",
-        "--chunks",
-        "3",
-        "--rows-per-chunk",
-        "100",
-        "--publish-unknown-runs",
-        "1",
-    ]);
-    assert_eq!(summary["anomalies"], Value::Array(vec![]), "{summary}");
+    let summary = s.simulate(
+        "STORY_JOB",
+        &[
+            "--runs",
+            "3",
+            "--partitions",
+            "4",
+            "--chunks",
+            "3",
+            "--rows-per-chunk",
+            "100",
+            "--publish-unknown-runs",
+            "1",
+        ],
+    );
+    assert_eq!(summary["anomalies"], json!([]), "{summary}");
     assert_eq!(
         summary["receiver"]["rejected"],
-        Value::Array(vec![]),
+        json!([]),
         "PG-05 refused a dispatch: {summary}"
     );
     assert_eq!(summary["final_status"]["SUCCESS"], 2, "{summary}");
@@ -371,7 +191,7 @@ async fn user_story_on_a_real_node() {
             "--api",
             &api,
             "--token",
-            "story-nifi-token",
+            e2e::release::NIFI_TOKEN,
             "finish-target",
             "--run-id",
             &unknown_id,
@@ -387,7 +207,7 @@ async fn user_story_on_a_real_node() {
 
     // 6. The leader pod is deleted: the standby leads within 20 s, runs keep completing, and the
     //    old epoch writes nothing (the epoch moved on, held by the new pod).
-    let (epoch_before, _) = ledger_epoch(&ledger_url).await;
+    let (epoch_before, _) = ledger_epoch(&s.ledger_url).await;
     let old = s.lease_holder_pod().unwrap();
     // The old leader's last words, shown when the handover is slow.
     let mut old_logs = std::process::Command::new(s.node.var("KUBECTL"))
@@ -415,20 +235,17 @@ async fn user_story_on_a_real_node() {
     .unwrap_or_else(|e| panic!("failover: {e:#}"));
     let failover = t0.elapsed().as_secs_f64();
     eprintln!("story: failover from {old} to {new} in {failover:.1}s");
+    let _ = old_logs.kill();
+    let logs = old_logs.wait_with_output().unwrap();
     if failover > 5.0 {
-        let _ = old_logs.kill();
-        let out = old_logs.wait_with_output().unwrap();
         eprintln!(
             "story: slow handover; the old leader logged:\n{}",
-            String::from_utf8_lossy(&out.stdout)
+            String::from_utf8_lossy(&logs.stdout)
         );
-    } else {
-        let _ = old_logs.kill();
-        let _ = old_logs.wait();
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     let (epoch_after, holder) = loop {
-        let e = ledger_epoch(&ledger_url).await;
+        let e = ledger_epoch(&s.ledger_url).await;
         if e.0 > epoch_before {
             break e;
         }
@@ -442,14 +259,17 @@ async fn user_story_on_a_real_node() {
         holder.starts_with(&new),
         "epoch {epoch_after} held by {holder}, the new leader is {new}"
     );
-    let summary = s.simulate(&["--runs", "2", "--partitions", "3", "--chunks", "2"]);
+    let summary = s.simulate(
+        "STORY_JOB",
+        &["--runs", "2", "--partitions", "3", "--chunks", "2"],
+    );
     assert_eq!(
         summary["final_status"]["SUCCESS"], 2,
         "runs after failover: {summary}"
     );
-    let (epoch_now, holder_now) = ledger_epoch(&ledger_url).await;
+    let now = ledger_epoch(&s.ledger_url).await;
     assert_eq!(
-        (epoch_now, holder_now.as_str()),
+        (now.0, now.1.as_str()),
         (epoch_after, holder.as_str()),
         "no other leader wrote meanwhile"
     );
@@ -461,45 +281,38 @@ async fn user_story_on_a_real_node() {
             "--server-side",
             "--force-conflicts",
             "-f",
-            &format!("{}/crds/", s.repo),
+            &format!("{}/crds/", s.repo.display()),
         ])
         .unwrap();
-    s.helm(&s.helm_install_args("upgrade", &next_tag));
-    let images: Vec<String> =
-        s.kj(&["get", "pods", "-l", "app.kubernetes.io/component=server"])["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
-            .flat_map(|p| {
-                p["spec"]["containers"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|c| c["image"].as_str().unwrap().to_string())
-                    .collect::<Vec<_>>()
-            })
-            .collect();
+    s.helm_install("upgrade", &next_tag);
+    let images: Vec<String> = s
+        .server_pods()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .flat_map(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["image"].as_str().unwrap().to_string())
+                .collect::<Vec<_>>()
+        })
+        .collect();
     assert!(
         !images.is_empty() && images.iter().all(|i| i.ends_with(&format!(":{next_tag}"))),
         "{images:?}"
     );
-    let summary = s.simulate(&["--runs", "1", "--partitions", "2", "--chunks", "2"]);
+    let summary = s.simulate(
+        "STORY_JOB",
+        &["--runs", "1", "--partitions", "2", "--chunks", "2"],
+    );
     assert_eq!(
         summary["final_status"]["SUCCESS"], 1,
         "runs after upgrade: {summary}"
     );
 
     // 8. helm uninstall leaves no LoadJob stuck on its finalizer.
-    s.helm(&[
-        "uninstall".into(),
-        s.release.clone(),
-        "-n".into(),
-        s.ns.clone(),
-        "--wait".into(),
-        "--timeout".into(),
-        "120s".into(),
-    ]);
+    s.helm(&["uninstall", &s.name, "--wait", "--timeout", "120s"]);
     let job = s.kj(&["get", "loadjob", "story-job"]);
     assert!(
         job["metadata"]["finalizers"]
@@ -508,15 +321,5 @@ async fn user_story_on_a_real_node() {
         "{job}"
     );
     s.k(&["delete", "loadjob", "story-job", "--timeout=20s"]);
-
-    s.node
-        .kubectl(&["delete", "namespace", &s.ns, "--wait=false"])
-        .unwrap();
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "DROP DATABASE {} WITH (FORCE)",
-        s.db
-    )))
-    .execute(&mut pg)
-    .await
-    .unwrap();
+    s.remove().await;
 }

@@ -1,0 +1,306 @@
+//! One installation of the chart on the real node, as the system tests drive it: its namespace,
+//! Secrets and database, `helm` with the README's flags, `kubectl` in its namespace, and the NiFi
+//! simulator run inside the cluster network against its Service.
+use crate::node::{Node, wait_for};
+use serde_json::Value;
+use sqlx::Connection;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+/// PG-05 of the simulator listens here on the node address; the chart's receiver URL points at it.
+pub const RECEIVER_PORT: u16 = 18090;
+pub const NIFI_TOKEN: &str = "story-nifi-token";
+pub const OPS_TOKEN: &str = "story-ops-token";
+
+pub struct Release {
+    pub node: Node,
+    pub ns: String,
+    pub name: String,
+    db: String,
+    /// The release's ledger, from the host.
+    pub ledger_url: String,
+    pub repo: PathBuf,
+    /// The nifi-sim binary (tests pass `env!("CARGO_BIN_EXE_nifi-sim")`).
+    sim: PathBuf,
+}
+
+fn must<T>(r: anyhow::Result<T>) -> T {
+    r.unwrap_or_else(|e| panic!("{e:#}"))
+}
+
+impl Release {
+    /// A namespace, a database and the two Secrets the chart expects; CRDs applied as the README
+    /// says. Nothing installed yet.
+    pub async fn prepare(prefix: &str, sim: &str) -> Release {
+        let node = must(Node::from_env());
+        let suffix = &uuid::Uuid::new_v4().simple().to_string()[..8];
+        let repo = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let db = format!("{}_{suffix}", prefix.replace('-', "_"));
+        let admin = node.pg_url().to_string();
+        let mut pg = sqlx::PgConnection::connect(&admin)
+            .await
+            .expect("node PostgreSQL");
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {db}")))
+            .execute(&mut pg)
+            .await
+            .unwrap();
+        let base = |url: &str| url.rsplit_once('/').unwrap().0.to_string();
+        let r = Release {
+            ledger_url: format!("{}/{db}", base(&admin)),
+            ns: format!("{prefix}-{suffix}"),
+            name: "lc".into(),
+            db,
+            repo,
+            sim: PathBuf::from(sim),
+            node,
+        };
+        must(r.node.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            r.path("crds/").as_str(),
+        ]));
+        must(r.node.kubectl(&["create", "namespace", &r.ns]));
+        let in_cluster = format!("{}/{}", base(r.node.pg_url_in_cluster()), r.db);
+        r.k(&[
+            "create",
+            "secret",
+            "generic",
+            "lc-db",
+            &format!("--from-literal=DATABASE_URL={in_cluster}"),
+        ]);
+        let tokens = format!(
+            "[{{name: story-nifi, role: nifi, sha256: {}}}, {{name: story-ops, role: operator, sha256: {}}}]",
+            r.digest(NIFI_TOKEN),
+            r.digest(OPS_TOKEN)
+        );
+        r.k(&[
+            "create",
+            "secret",
+            "generic",
+            "lc-tokens",
+            &format!("--from-literal=tokens.yaml={tokens}"),
+        ]);
+        r
+    }
+
+    fn path(&self, rel: &str) -> String {
+        self.repo.join(rel).to_string_lossy().into_owned()
+    }
+
+    fn digest(&self, token: &str) -> String {
+        use std::io::Write;
+        let mut c = Command::new(self.path("target/debug/load-control-api"))
+            .arg("hash-token")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("load-control-api hash-token");
+        c.stdin.take().unwrap().write_all(token.as_bytes()).unwrap();
+        String::from_utf8(c.wait_with_output().unwrap().stdout)
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+
+    /// `helm install|upgrade` with the README's flags and `--wait --wait-for-jobs`.
+    pub fn helm_install(&self, verb: &str, tag: &str) -> String {
+        self.helm_install_with(verb, tag, &[])
+    }
+
+    /// The same with more `--set` values (e.g. `config.recovery.sweeper_interval=2s`).
+    pub fn helm_install_with(&self, verb: &str, tag: &str, sets: &[&str]) -> String {
+        let receiver = format!(
+            "config.nifi.receiver_url=http://{}:{RECEIVER_PORT}/nifi-pg05",
+            self.node.ip()
+        );
+        let chart = self.path("charts/load-control");
+        let image = format!("image.tag={tag}");
+        let watch = format!("watchNamespaces={{{}}}", self.ns);
+        let mut args = vec![
+            verb,
+            &self.name,
+            &chart,
+            "-n",
+            &self.ns,
+            "--set",
+            &image,
+            "--set",
+            "database.existingSecret=lc-db",
+            "--set",
+            "auth.existingSecret=lc-tokens",
+            "--set",
+            &receiver,
+            // Namespace mode: this release never touches another installation's LoadJobs.
+            "--set",
+            &watch,
+            "--wait",
+            "--wait-for-jobs",
+            "--timeout",
+            "180s",
+        ];
+        for set in sets {
+            args.extend(["--set", set]);
+        }
+        must(self.node.helm(&args))
+    }
+
+    pub fn helm(&self, args: &[&str]) -> String {
+        let mut a = args.to_vec();
+        a.extend(["-n", self.ns.as_str()]);
+        must(self.node.helm(&a))
+    }
+
+    /// kubectl in the release's namespace.
+    pub fn k(&self, args: &[&str]) -> String {
+        let mut a = vec!["-n", self.ns.as_str()];
+        a.extend_from_slice(args);
+        must(self.node.kubectl(&a))
+    }
+
+    pub fn kj(&self, args: &[&str]) -> Value {
+        let mut a = vec!["-n", self.ns.as_str()];
+        a.extend_from_slice(args);
+        must(self.node.kubectl_json(&a))
+    }
+
+    pub fn apply(&self, yaml: &str) {
+        must(
+            self.node
+                .kubectl_stdin(&["-n", &self.ns, "apply", "-f", "-"], yaml),
+        );
+    }
+
+    pub fn service_ip(&self) -> String {
+        self.k(&[
+            "get",
+            "svc",
+            &format!("{}-load-control", self.name),
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+    }
+
+    /// nifi-sim inside the cluster network, through the Service, in the background.
+    pub fn start_simulation(&self, job: &str, extra: &[&str]) -> std::process::Child {
+        let api = format!("http://{}:8080", self.service_ip());
+        let receiver = format!("{}:{RECEIVER_PORT}", self.node.ip());
+        let prefix = format!(
+            "{}-{}",
+            self.ns,
+            &uuid::Uuid::new_v4().simple().to_string()[..6]
+        );
+        self.node
+            .in_netns(self.sim.to_str().unwrap())
+            .args([
+                "--api",
+                &api,
+                "--token",
+                NIFI_TOKEN,
+                "--receiver-listen",
+                &receiver,
+                "--receiver-prefix",
+                "/nifi-pg05",
+                "--job",
+                job,
+                "--business-key-prefix",
+                &prefix,
+            ])
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("nifi-sim starts")
+    }
+
+    /// The simulator's summary, once it has finished.
+    pub fn summary(child: std::process::Child) -> Value {
+        let out = child.wait_with_output().expect("nifi-sim ends");
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.lines().last().unwrap_or(""))
+            .unwrap_or_else(|_| panic!("nifi-sim printed no summary ({}): {text}", out.status))
+    }
+
+    pub fn simulate(&self, job: &str, extra: &[&str]) -> Value {
+        Self::summary(self.start_simulation(job, extra))
+    }
+
+    /// The pod named by the leader Lease's holder identity (`<pod>:<pid>-<random>`).
+    pub fn lease_holder_pod(&self) -> Option<String> {
+        let holder = self.k(&[
+            "get",
+            "lease",
+            "load-control-leader",
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ]);
+        holder
+            .split(':')
+            .next()
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+    }
+
+    pub fn server_pods(&self) -> Vec<Value> {
+        self.kj(&["get", "pods", "-l", "app.kubernetes.io/component=server"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub fn loadrun(&self, run_id: &str) -> Option<Value> {
+        let runs = self.kj(&["get", "loadruns"]);
+        runs["items"]
+            .as_array()?
+            .iter()
+            .find(|r| r["spec"]["runId"] == run_id)
+            .cloned()
+    }
+
+    pub fn wait_phase(&self, run_id: &str, phase: &str) -> Value {
+        must(wait_for(
+            &format!("LoadRun of {run_id} in phase {phase}"),
+            Duration::from_secs(60),
+            || {
+                Ok(self
+                    .loadrun(run_id)
+                    .filter(|r| r["status"]["phase"] == phase))
+            },
+        ))
+    }
+
+    /// Uninstalls (if installed), deletes the namespace and drops the database.
+    pub async fn remove(self) {
+        let _ = self.node.helm(&[
+            "uninstall",
+            &self.name,
+            "-n",
+            &self.ns,
+            "--wait",
+            "--timeout",
+            "120s",
+        ]);
+        let _ = self
+            .node
+            .kubectl(&["delete", "namespace", &self.ns, "--wait=false"]);
+        let mut pg = sqlx::PgConnection::connect(self.node.pg_url())
+            .await
+            .unwrap();
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "DROP DATABASE IF EXISTS {} WITH (FORCE)",
+            self.db
+        )))
+        .execute(&mut pg)
+        .await;
+    }
+}
+
+/// The condition of type `kind` in an object's status.
+pub fn condition<'a>(obj: &'a Value, kind: &str) -> Option<&'a Value> {
+    obj["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+}
