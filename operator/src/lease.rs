@@ -1,10 +1,15 @@
 //! Leadership on the `coordination.k8s.io/v1` Lease `load-control-leader` (CONTRACT §7.1), with
 //! client-go's fixed timings: 15 s lease, 10 s renew deadline, 2 s retry. Every write is a
 //! compare-and-swap on the Lease's resourceVersion, so two candidates never both win.
+//!
+//! As in client-go, a candidate judges expiry on its own clock: it takes another holder's Lease
+//! only when it has seen the same record (holder, renew time, resourceVersion) unchanged for the
+//! lease duration since it first observed it. A holder's `renewTime` is never compared with the
+//! candidate's clock, so clock skew between nodes cannot hand a healthy Lease over.
 use crate::leadership::{Leadership, RETRY_PERIOD};
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use ledger::{Fence, Ledger};
@@ -14,29 +19,44 @@ pub const LEASE_NAME: &str = "load-control-leader";
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
+/// What a candidate saw of another holder's Lease, and when (on its own clock).
+#[derive(Debug, Clone, PartialEq)]
+struct Observed {
+    record: (Option<String>, Option<String>, Option<String>),
+    since: Instant,
+}
+
 pub struct KubeLeaseLeadership {
     api: Api<Lease>,
     ledger: Ledger,
     holder: String,
     /// The Lease as we last wrote it (its resourceVersion is the CAS token of the next renewal).
     held: Option<Lease>,
-    /// When the other holder's lease expires, as last observed; the next try is made then.
-    expires_in: Option<Duration>,
+    /// The other holder's record as last seen.
+    observed: Option<Observed>,
 }
 
-/// Whether `holder` may take the lease now: free, ours, or expired (pure, for unit tests).
-pub fn may_take(spec: &LeaseSpec, holder: &str, now: Timestamp) -> bool {
+/// Whether `holder` may take the lease now (pure, for unit tests): it is free or ours, or the
+/// other holder's record has not changed for its whole duration on our own clock.
+pub fn may_take(spec: &LeaseSpec, holder: &str, unchanged_for: Duration) -> bool {
     let Some(current) = spec.holder_identity.as_deref().filter(|h| !h.is_empty()) else {
         return true;
     };
     if current == holder {
         return true;
     }
-    let duration = spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64;
-    match spec.renew_time.as_ref().or(spec.acquire_time.as_ref()) {
-        Some(MicroTime(renewed)) => *renewed + SignedDuration::from_secs(duration) < now,
-        None => true,
-    }
+    let duration = spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS).max(1) as u64;
+    unchanged_for > Duration::from_secs(duration)
+}
+
+fn record(lease: &Lease) -> (Option<String>, Option<String>, Option<String>) {
+    let spec = lease.spec.as_ref();
+    (
+        spec.and_then(|s| s.holder_identity.clone()),
+        spec.and_then(|s| s.renew_time.as_ref())
+            .map(|MicroTime(t)| t.to_string()),
+        lease.metadata.resource_version.clone(),
+    )
 }
 
 impl KubeLeaseLeadership {
@@ -46,7 +66,7 @@ impl KubeLeaseLeadership {
             ledger,
             holder,
             held: None,
-            expires_in: None,
+            observed: None,
         }
     }
 
@@ -95,17 +115,17 @@ impl KubeLeaseLeadership {
             }
             Some(existing) => {
                 let spec = existing.spec.clone().unwrap_or_default();
-                if !may_take(&spec, &self.holder, now) {
-                    let duration = spec.lease_duration_seconds.unwrap_or(LEASE_SECONDS) as i64;
-                    self.expires_in = spec
-                        .renew_time
-                        .as_ref()
-                        .or(spec.acquire_time.as_ref())
-                        .and_then(|MicroTime(t)| {
-                            let left =
-                                (*t + SignedDuration::from_secs(duration)).duration_since(now);
-                            Duration::try_from(left).ok()
-                        });
+                let seen = record(&existing);
+                let observed = match self.observed.take() {
+                    Some(o) if o.record == seen => o,
+                    _ => Observed {
+                        record: seen,
+                        since: Instant::now(),
+                    },
+                };
+                let unchanged_for = observed.since.elapsed();
+                self.observed = Some(observed);
+                if !may_take(&spec, &self.holder, unchanged_for) {
                     return Ok(false);
                 }
                 let lease = Lease {
@@ -119,6 +139,7 @@ impl KubeLeaseLeadership {
                 {
                     Ok(l) => {
                         self.held = Some(l);
+                        self.observed = None;
                         Ok(true)
                     }
                     Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -128,7 +149,8 @@ impl KubeLeaseLeadership {
         }
     }
 
-    /// Renews with the last resourceVersion; `Ok(false)` when someone else holds it now.
+    /// Renews with the last resourceVersion; `Ok(false)` when someone else holds it now, or
+    /// when the Lease was deleted.
     async fn renew(&mut self) -> anyhow::Result<bool> {
         let Some(held) = self.held.clone() else {
             return Ok(false);
@@ -146,6 +168,11 @@ impl KubeLeaseLeadership {
                 self.held = Some(l);
                 Ok(true)
             }
+            // Deleted under us: whoever creates it next leads; we do not.
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                self.held = None;
+                Ok(false)
+            }
             Err(kube::Error::Api(e)) if e.code == 409 => {
                 let current = self.api.get_opt(LEASE_NAME).await?;
                 let ours = current
@@ -159,42 +186,81 @@ impl KubeLeaseLeadership {
             Err(e) => Err(e.into()),
         }
     }
+
+    /// Renews every retry period until the renew deadline passes without a successful renewal
+    /// (each attempt bounded, so a hung API call cannot keep a lost Lease looking held), or
+    /// someone else holds the Lease.
+    async fn keep_renewing(&mut self) {
+        let mut renewed = Instant::now();
+        loop {
+            tokio::time::sleep(RETRY_PERIOD).await;
+            let left = RENEW_DEADLINE.saturating_sub(renewed.elapsed());
+            let attempt = tokio::time::timeout(left.max(Duration::from_millis(100)), self.renew());
+            match attempt.await {
+                Ok(Ok(true)) => renewed = Instant::now(),
+                Ok(Ok(false)) => return,
+                Ok(Err(e)) => {
+                    tracing::warn!(event = "leader_renew_error", error = %e, "renewing the Lease failed")
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        event = "leader_renew_timeout",
+                        "renewing the Lease did not answer in time"
+                    )
+                }
+            }
+            if renewed.elapsed() >= RENEW_DEADLINE {
+                tracing::warn!(
+                    event = "leader_renew_deadline",
+                    "no renewal within the renew deadline: giving leadership up"
+                );
+                self.held = None;
+                return;
+            }
+        }
+    }
 }
 
 impl Leadership for KubeLeaseLeadership {
     async fn acquire(&mut self) -> anyhow::Result<Fence> {
         loop {
             match self.try_acquire().await {
-                Ok(true) => return Ok(self.ledger.acquire_epoch(&self.holder).await?),
+                Ok(true) => {
+                    // Bumping the epoch may wait for a deposed leader's last transaction: the
+                    // Lease is renewed meanwhile, so it does not expire under us.
+                    let holder = self.holder.clone();
+                    let ledger = self.ledger.clone();
+                    let epoch = tokio::select! {
+                        e = ledger.acquire_epoch(&holder) => Some(e),
+                        _ = self.keep_renewing() => None,
+                    };
+                    match epoch {
+                        Some(Ok(fence)) => return Ok(fence),
+                        Some(Err(e)) => {
+                            // No epoch, no leadership: hand the Lease on at once rather than
+                            // hold it idle until it expires.
+                            tracing::warn!(event = "leader_epoch_error", error = %e, "won the Lease but could not bump the epoch; releasing it");
+                            self.release().await;
+                        }
+                        None => {
+                            tracing::warn!(
+                                event = "leader_lost",
+                                "the Lease was lost while the epoch was being bumped"
+                            )
+                        }
+                    }
+                }
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(event = "leader_lease_error", error = %e, "cannot read or write the Lease")
                 }
             }
-            // Every retry period, or right when the holder's lease runs out if that is sooner.
-            let wait = self.expires_in.take().map_or(RETRY_PERIOD, |left| {
-                left.clamp(Duration::from_millis(50), RETRY_PERIOD)
-            });
-            tokio::time::sleep(wait).await;
+            tokio::time::sleep(RETRY_PERIOD).await;
         }
     }
 
     async fn lost(&mut self) {
-        let mut renewed = Instant::now();
-        loop {
-            tokio::time::sleep(RETRY_PERIOD).await;
-            match self.renew().await {
-                Ok(true) => renewed = Instant::now(),
-                Ok(false) => return,
-                Err(e) => {
-                    tracing::warn!(event = "leader_renew_error", error = %e, "renewing the Lease failed");
-                    if renewed.elapsed() > RENEW_DEADLINE {
-                        self.held = None;
-                        return;
-                    }
-                }
-            }
-        }
+        self.keep_renewing().await;
     }
 
     /// Gives the Lease up at once (holder cleared, 1 s duration), as client-go does on cancel.
@@ -208,12 +274,16 @@ impl Leadership for KubeLeaseLeadership {
                 metadata: held.metadata,
                 spec: Some(spec),
             };
-            if let Err(e) = self
-                .api
-                .replace(LEASE_NAME, &PostParams::default(), &lease)
-                .await
-            {
-                tracing::warn!(event = "leader_release_error", error = %e, "releasing the Lease failed; it expires by itself");
+            let released = tokio::time::timeout(
+                RENEW_DEADLINE,
+                self.api.replace(LEASE_NAME, &PostParams::default(), &lease),
+            )
+            .await;
+            if !matches!(released, Ok(Ok(_))) {
+                tracing::warn!(
+                    event = "leader_release_error",
+                    "releasing the Lease failed; it expires by itself"
+                );
             }
         }
     }
@@ -223,32 +293,23 @@ impl Leadership for KubeLeaseLeadership {
 mod tests {
     use super::*;
 
-    fn spec(holder: Option<&str>, renewed_secs_ago: i64) -> LeaseSpec {
+    fn spec(holder: Option<&str>) -> LeaseSpec {
         LeaseSpec {
             holder_identity: holder.map(str::to_string),
             lease_duration_seconds: Some(15),
-            renew_time: Some(MicroTime(
-                Timestamp::now() - SignedDuration::from_secs(renewed_secs_ago),
-            )),
+            renew_time: Some(MicroTime(Timestamp::now())),
             ..Default::default()
         }
     }
 
     #[test]
-    fn a_lease_is_taken_when_free_ours_or_expired() {
-        let now = Timestamp::now();
-        assert!(may_take(&spec(None, 0), "me", now));
-        assert!(may_take(&spec(Some(""), 0), "me", now));
-        assert!(may_take(&spec(Some("me"), 0), "me", now));
-        assert!(!may_take(&spec(Some("other"), 5), "me", now));
-        assert!(may_take(&spec(Some("other"), 16), "me", now));
-        assert!(may_take(
-            &LeaseSpec {
-                holder_identity: Some("other".into()),
-                ..Default::default()
-            },
-            "me",
-            now
-        ));
+    fn a_lease_is_taken_when_free_ours_or_unchanged_for_its_duration() {
+        let s = Duration::from_secs;
+        assert!(may_take(&spec(None), "me", s(0)));
+        assert!(may_take(&spec(Some("")), "me", s(0)));
+        assert!(may_take(&spec(Some("me")), "me", s(0)));
+        assert!(!may_take(&spec(Some("other")), "me", s(5)));
+        assert!(!may_take(&spec(Some("other")), "me", s(15)));
+        assert!(may_take(&spec(Some("other")), "me", s(16)));
     }
 }

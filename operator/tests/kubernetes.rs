@@ -831,3 +831,78 @@ async fn an_awkward_job_key_is_mirrored_and_holds_up_no_other_run() {
         assert_eq!(label, &crds::names::job_key_label(&lr.spec.job_key));
     }
 }
+
+/// A live holder whose clock lags writes renewTimes that already look expired. Expiry is judged
+/// on the candidate's own clock from the record changing, so the candidate leaves the Lease alone
+/// while the holder renews, and takes it once the renewals stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_renewing_holder_with_a_slow_clock_keeps_its_lease() {
+    use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    use k8s_openapi::jiff::{SignedDuration, Timestamp};
+    let c = cluster().await;
+    let leases: Api<Lease> = Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    let skewed = || LeaseSpec {
+        holder_identity: Some("skewed-holder".into()),
+        lease_duration_seconds: Some(15),
+        renew_time: Some(MicroTime(Timestamp::now() - SignedDuration::from_secs(60))),
+        ..Default::default()
+    };
+    leases
+        .create(
+            &Default::default(),
+            &Lease {
+                metadata: ObjectMeta {
+                    name: Some("load-control-leader".into()),
+                    ..Default::default()
+                },
+                spec: Some(skewed()),
+            },
+        )
+        .await
+        .unwrap();
+    let renewer = {
+        let leases = leases.clone();
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(2)).await;
+                if let Ok(mut l) = leases.get("load-control-leader").await {
+                    l.spec = Some(skewed());
+                    let _ = leases
+                        .replace("load-control-leader", &Default::default(), &l)
+                        .await;
+                }
+            }
+        })
+    };
+    let mut op = c.operator("candidate").await;
+    assert!(
+        op.wait_leading(Duration::from_secs(20)).await.is_none(),
+        "a renewing holder keeps its Lease, however old its renewTime looks"
+    );
+    renewer.abort();
+    let fence = op
+        .wait_leading(Duration::from_secs(25))
+        .await
+        .expect("taken once the renewals stop");
+    assert_eq!(fence.holder, "candidate");
+
+    // A Lease deleted under the leader means leadership is lost at the next renewal, not after
+    // the renew deadline: the leader resigns and wins a fresh Lease with a new epoch.
+    leases
+        .delete("load-control-leader", &DeleteParams::default())
+        .await
+        .unwrap();
+    let t = Instant::now();
+    let next = eventually(
+        "a new epoch after the Lease was deleted",
+        Duration::from_secs(8),
+        || async { op.fence.borrow().clone().filter(|f| f.epoch > fence.epoch) },
+    )
+    .await;
+    assert_eq!(next.holder, "candidate");
+    println!(
+        "{{\"bench\":\"lease_deleted_reacquire\",\"seconds\":{:.2}}}",
+        t.elapsed().as_secs_f64()
+    );
+}
