@@ -114,19 +114,12 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
             "3",
             "--nodes",
             "3",
-            "--duplicate",
-            "0.2",
-            "--lost-response",
-            "0.1",
-            "--node-crash",
-            "0.1",
-            "--late-report",
-            "1.0",
             "--publish-unknown",
             "0.02",
             "--run-timeout",
             "240",
         ])
+        .args(e2e::nifi::CHAOS_FAULTS)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::inherit())
         .spawn()

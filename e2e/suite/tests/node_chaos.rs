@@ -27,31 +27,23 @@ async fn loads_survive_pod_deletions_on_the_node() {
     })
     .unwrap();
     let t0 = Instant::now();
-    let sim = r.start_simulation(
-        "NODE_CHAOS",
-        &[
-            "--runs",
-            &runs.to_string(),
-            "--concurrent-runs",
-            "3",
-            "--partitions",
-            "4",
-            "--chunks",
-            "4",
-            "--nodes",
-            "3",
-            "--duplicate",
-            "0.2",
-            "--lost-response",
-            "0.1",
-            "--node-crash",
-            "0.1",
-            "--late-report",
-            "1.0",
-            "--run-timeout",
-            "240",
-        ],
-    );
+    let runs_arg = runs.to_string();
+    let mut args = vec![
+        "--runs",
+        runs_arg.as_str(),
+        "--concurrent-runs",
+        "3",
+        "--partitions",
+        "4",
+        "--chunks",
+        "4",
+        "--nodes",
+        "3",
+        "--run-timeout",
+        "240",
+    ];
+    args.extend_from_slice(e2e::nifi::CHAOS_FAULTS);
+    let sim = r.start_simulation("NODE_CHAOS", &args);
     // The leader pod is deleted, then (once a new leader holds the Lease) the other pod.
     let leader = wait_for("a leader", Duration::from_secs(30), || {
         Ok(r.lease_holder_pod())

@@ -19,3 +19,16 @@ mod flows;
 pub mod receiver;
 
 pub use flows::{Plan, Simulation, Summary, complete_published};
+
+/// The chaos suites' fault mix (issue 10): 20 % duplicates, 10 % lost responses, 10 % of
+/// partitions on a node that crashes halfway, and every superseded owner reporting late.
+pub const CHAOS_FAULTS: &[&str] = &[
+    "--duplicate",
+    "0.2",
+    "--lost-response",
+    "0.1",
+    "--node-crash",
+    "0.1",
+    "--late-report",
+    "1.0",
+];
