@@ -7,10 +7,26 @@ use testkit::TestDb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_load-control-api");
 
-fn config_file(dir: &std::path::Path, yaml: &str) -> std::path::PathBuf {
+/// A configuration file removed when the test is done with it.
+struct ConfigFile(std::path::PathBuf);
+
+impl std::ops::Deref for ConfigFile {
+    type Target = std::path::Path;
+    fn deref(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for ConfigFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn config_file(dir: &std::path::Path, yaml: &str) -> ConfigFile {
     let path = dir.join(format!("config-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(&path, yaml).unwrap();
-    path
+    ConfigFile(path)
 }
 
 #[test]

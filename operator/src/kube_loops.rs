@@ -465,19 +465,23 @@ fn error_policy(_job: Arc<LoadJob>, error: &LoopError, _ctx: Arc<Context>) -> Ac
 
 /// Loop 1: the LoadJob controller, until `shutdown`.
 pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
-    let controllers = ctx
-        .scope
-        .apis::<LoadJob>(&ctx.client)
-        .into_iter()
-        .map(|jobs| {
-            let mut shutdown = shutdown.clone();
-            Controller::new(jobs, watcher::Config::default())
-                .graceful_shutdown_on(async move {
-                    let _ = shutdown.wait_for(|s| *s).await;
-                })
-                .run(reconcile_job, error_policy, ctx.clone())
-                .for_each(|_| async {})
-        });
+    let jobs = ctx.scope.apis::<LoadJob>(&ctx.client);
+    let runs = ctx.scope.apis::<LoadRun>(&ctx.client);
+    let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
+        let mut shutdown = shutdown.clone();
+        Controller::new(jobs, watcher::Config::default())
+            // A LoadRun changing phase refreshes its owner's activeRun/lastRun at once instead
+            // of at the next periodic requeue; bursts of status patches are debounced.
+            .owns(runs, watcher::Config::default())
+            .with_config(
+                kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)),
+            )
+            .graceful_shutdown_on(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .run(reconcile_job, error_policy, ctx.clone())
+            .for_each(|_| async {})
+    });
     futures::future::join_all(controllers).await;
 }
 

@@ -74,22 +74,37 @@ async fn cluster() -> Cluster {
 
 impl Cluster {
     fn apply(&self, yaml: &str) -> std::process::Output {
-        let path = std::env::temp_dir().join(format!("lc-{}.yaml", Uuid::new_v4().simple()));
-        std::fs::write(&path, yaml).unwrap();
-        let out = self
-            .cp
-            .kubectl()
-            .args(["apply", "-n", &self.ns, "-f", path.to_str().unwrap()])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        out
+        kubectl_apply(&self.cp, &self.ns, yaml)
     }
+}
 
+/// `kubectl apply -f -` with the YAML on standard input (no temporary files left behind).
+fn kubectl_apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Output {
+    use std::io::Write;
+    let mut child = cp
+        .kubectl()
+        .args(["apply", "-n", ns, "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(yaml.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+impl Cluster {
     async fn post(&self, path: &str, body: Value) -> (u16, Value) {
         let r = self
             .http
@@ -568,14 +583,10 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
         .await
         .expect("the chart's RBAC allows the Lease");
     let other = c.cp.create_namespace("jobs").await.unwrap();
-    let path = std::env::temp_dir().join(format!("lj-{}.yaml", Uuid::new_v4().simple()));
-    std::fs::write(&path, "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: rbac}\nspec: {jobKey: RBAC}\n").unwrap();
-    assert!(
-        c.cp.kubectl()
-            .args(["apply", "-n", &other, "-f", path.to_str().unwrap()])
-            .status()
-            .unwrap()
-            .success()
+    kubectl_apply(
+        &c.cp,
+        &other,
+        "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: rbac}\nspec: {jobKey: RBAC}\n",
     );
     eventually(
         "load_job row written as the service account",

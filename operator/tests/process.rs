@@ -107,6 +107,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .args(["--standalone", "--config", no_receiver.to_str().unwrap()])
         .output()
         .unwrap();
+    let _ = std::fs::remove_file(&no_receiver);
     assert!(!refused.status.success());
     assert!(String::from_utf8_lossy(&refused.stderr).contains("nifi.receiver_url"));
 
@@ -128,6 +129,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         }
     }
     assert!(leading, "the only operator leads");
+    let _ = std::fs::remove_file(&config); // read once at start
     assert_eq!(
         client
             .get(format!("{base}/healthz"))

@@ -227,6 +227,7 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
         o.stop();
     }
     api.stop();
+    let _ = std::fs::remove_dir_all(&dir); // the processes' logs, kept only when the test fails
 }
 
 fn tempdir() -> std::path::PathBuf {

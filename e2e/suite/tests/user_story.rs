@@ -154,6 +154,13 @@ async fn user_story_on_a_real_node() {
             ));
         }
     }
+    // The LoadJob shows its last run (refreshed when its LoadRuns change, not only periodically).
+    wait_for("the LoadJob's last run", Duration::from_secs(15), || {
+        let j = s.kj(&["get", "loadjob", "story-job"]);
+        let st = &j["status"];
+        Ok((st["lastRun"]["status"] == "SUCCESS" && st["recent"]["succeeded"] == 2).then_some(()))
+    })
+    .unwrap();
     let shown = s.k(&["get", "loadjobs,loadruns"]);
     eprintln!("story: kubectl get loadjobs,loadruns\n{shown}");
     let success_rows = shown
