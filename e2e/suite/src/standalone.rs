@@ -212,3 +212,153 @@ pub async fn wait_http_ok(url: &str, limit: Duration) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The token the standalone system accepts with the nifi role.
+pub const NIFI_TOKEN: &str = "standalone-nifi-token";
+
+/// A whole standalone load-control: its own PostgreSQL and ledger, one api-server and two
+/// operators (leader and standby), configured for fast recovery (REISSUE mode, stale 4 s,
+/// sweeper every second, short dispatch lease and backoff) so faults resolve within seconds.
+pub struct System {
+    pub pg: PgServer,
+    pub db_url: String,
+    pub api: Service,
+    pub ops: [Service; 2],
+    /// `http://127.0.0.1:<port>`
+    pub base: String,
+    /// Where load-control sends dispatches (`http://127.0.0.1:<receiver_port>/pg05`).
+    pub receiver_port: u16,
+    pub logs: PathBuf,
+}
+
+impl System {
+    pub async fn start(name: &str) -> anyhow::Result<System> {
+        let pg = PgServer::start(name)?;
+        let db_url = pg.create_db(name)?;
+        let logs = std::env::temp_dir().join(format!(
+            "lc-{name}-logs-{}",
+            &uuid::Uuid::new_v4().simple().to_string()[..8]
+        ));
+        std::fs::create_dir_all(&logs)?;
+        let (api_port, receiver_port) = (free_port(), free_port());
+        let api_bin = bin("load-control-api")?;
+        let digest = {
+            use std::io::Write;
+            let mut c = Command::new(&api_bin)
+                .arg("hash-token")
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()?;
+            c.stdin
+                .take()
+                .context("stdin")?
+                .write_all(NIFI_TOKEN.as_bytes())?;
+            String::from_utf8(c.wait_with_output()?.stdout)?
+                .trim()
+                .to_string()
+        };
+        let config = logs.join("config.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
+             database: {{url: \"{db_url}\", pool_size: 8}}\n\
+             auth: {{tokens: [{{name: sim-nifi, role: nifi, sha256: {digest}}}]}}\n\
+             nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}/pg05\", timeout_seconds: 2}}\n\
+             recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
+             dispatch: {{lease: 5s, poll_interval: 1s, backoff_min: 1s, backoff_max: 3s, ack_timeout: 10s, max_attempts: 60}}\n\
+             worker: {{metrics_port: null}}\n\
+             logging: {{format: text, level: INFO, access_log: false}}\n"
+            ),
+        )?;
+        let cfg = config.to_str().context("config path")?;
+        let migrated = Command::new(&api_bin)
+            .args(["--config", cfg, "migrate"])
+            .status()?;
+        anyhow::ensure!(migrated.success(), "load-control-api migrate failed");
+        let mut api = Service::new("api", api_bin, &["--config", cfg, "serve"], &[], &logs);
+        let op_bin = bin("load-control-operator")?;
+        let mut ops = [
+            Service::new(
+                "op-a",
+                op_bin.clone(),
+                &["--standalone", "--config", cfg],
+                &[("POD_NAME", "op-a")],
+                &logs,
+            ),
+            Service::new(
+                "op-b",
+                op_bin,
+                &["--standalone", "--config", cfg],
+                &[("POD_NAME", "op-b")],
+                &logs,
+            ),
+        ];
+        api.start()?;
+        for o in &mut ops {
+            o.start()?;
+        }
+        let base = format!("http://127.0.0.1:{api_port}");
+        wait_http_ok(&format!("{base}/readyz"), Duration::from_secs(20)).await?;
+        Ok(System {
+            pg,
+            db_url,
+            api,
+            ops,
+            base,
+            receiver_port,
+            logs,
+        })
+    }
+
+    /// nifi-sim (the binary at `sim`) against this system, in the background.
+    pub fn simulate(&self, sim: &str, job: &str, args: &[&str]) -> tokio::process::Child {
+        tokio::process::Command::new(sim)
+            .args([
+                "--api",
+                &self.base,
+                "--token",
+                NIFI_TOKEN,
+                "--receiver-listen",
+                &format!("127.0.0.1:{}", self.receiver_port),
+                "--receiver-prefix",
+                "/pg05",
+                "--job",
+                job,
+            ])
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("nifi-sim starts")
+    }
+
+    /// The process id of the operator holding the current epoch (identity `<name>:<pid>-<rand>`).
+    pub async fn leader_pid(&self) -> Option<u32> {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&self.db_url).await.ok()?;
+        let (holder,): (String,) = sqlx::query_as("SELECT holder FROM nifi_ops.leader_epoch")
+            .fetch_one(&mut c)
+            .await
+            .ok()?;
+        holder.split(':').nth(1)?.split('-').next()?.parse().ok()
+    }
+
+    /// Stops every process cleanly and removes the logs (kept when a test panics first).
+    pub fn stop(mut self) {
+        for o in &mut self.ops {
+            o.stop();
+        }
+        self.api.stop();
+        let _ = std::fs::remove_dir_all(&self.logs);
+    }
+}
+
+/// The summary line nifi-sim printed on its standard output.
+pub async fn sim_summary(child: tokio::process::Child) -> serde_json::Value {
+    let out = child.wait_with_output().await.expect("nifi-sim ends");
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.lines().last().unwrap_or(""))
+        .unwrap_or_else(|_| panic!("nifi-sim printed no summary ({}): {text}", out.status))
+}

@@ -5,35 +5,24 @@
 //! explained terminal state, or in PUBLISH_UNKNOWN, and the invariant checker must find nothing.
 //! `LC_CHAOS_RUNS` sets M (default 20, what CI runs).
 use e2e::check::{Scope, check};
-use e2e::standalone::{PgServer, Service, bin, free_port, wait_http_ok};
+use e2e::standalone::{System, sim_summary};
+use serde_json::json;
 use sqlx::Connection;
 use std::time::{Duration, Instant};
 
-const NIFI: &str = "chaos-nifi-token";
+const SIM: &str = env!("CARGO_BIN_EXE_nifi-sim");
 
-fn sha256(t: &str) -> String {
-    use std::io::Write;
-    let mut c = std::process::Command::new(bin("load-control-api").unwrap())
-        .arg("hash-token")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    c.stdin.take().unwrap().write_all(t.as_bytes()).unwrap();
-    String::from_utf8(c.wait_with_output().unwrap().stdout)
-        .unwrap()
-        .trim()
-        .to_string()
-}
-
-async fn leader_pid(url: &str) -> Option<u32> {
-    let mut c = sqlx::PgConnection::connect(url).await.ok()?;
-    let (holder,): (String,) = sqlx::query_as("SELECT holder FROM nifi_ops.leader_epoch")
-        .fetch_one(&mut c)
-        .await
-        .ok()?;
-    // identity = <POD_NAME>:<pid>-<random>
-    holder.split(':').nth(1)?.split('-').next()?.parse().ok()
+async fn checked(db_url: &str, job: &str) -> e2e::check::Report {
+    let mut conn = sqlx::PgConnection::connect(db_url).await.unwrap();
+    check(
+        &mut conn,
+        &Scope {
+            job_keys: vec![job.into()],
+            stale_after_seconds: 0.0,
+        },
+    )
+    .await
+    .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -43,125 +32,55 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
         .and_then(|v| v.parse().ok())
         .unwrap_or(20);
     let t0 = Instant::now();
-    let pg = PgServer::start("chaos").expect("PostgreSQL");
-    let db_url = pg.create_db("chaos").unwrap();
-    let dir = tempdir();
-    let (api_port, receiver_port) = (free_port(), free_port());
-    let config = dir.join("config.yaml");
-    std::fs::write(&config, format!(
-        "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
-         database: {{url: \"{db_url}\", pool_size: 8}}\n\
-         auth: {{tokens: [{{name: chaos-nifi, role: nifi, sha256: {}}}]}}\n\
-         nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}/pg05\", timeout_seconds: 2}}\n\
-         recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
-         dispatch: {{lease: 5s, poll_interval: 1s, backoff_min: 1s, backoff_max: 3s, ack_timeout: 10s, max_attempts: 60}}\n\
-         worker: {{metrics_port: null}}\n\
-         logging: {{format: text, level: INFO, access_log: false}}\n",
-        sha256(NIFI))).unwrap();
-    let cfg = config.to_str().unwrap();
-    let api_bin = bin("load-control-api").unwrap();
-    let st = std::process::Command::new(&api_bin)
-        .args(["--config", cfg, "migrate"])
-        .status()
-        .unwrap();
-    assert!(st.success(), "migrate");
-    let mut api = Service::new("api", api_bin, &["--config", cfg, "serve"], &[], &dir);
-    let op_bin = bin("load-control-operator").unwrap();
-    let mut ops = [
-        Service::new(
-            "op-a",
-            op_bin.clone(),
-            &["--standalone", "--config", cfg],
-            &[("POD_NAME", "op-a")],
-            &dir,
-        ),
-        Service::new(
-            "op-b",
-            op_bin,
-            &["--standalone", "--config", cfg],
-            &[("POD_NAME", "op-b")],
-            &dir,
-        ),
+    let mut sys = System::start("chaos").await.expect("standalone system");
+    let runs_arg = runs.to_string();
+    let mut args = vec![
+        "--runs",
+        &runs_arg,
+        "--concurrent-runs",
+        "6",
+        "--partitions",
+        "3",
+        "--chunks",
+        "3",
+        "--nodes",
+        "3",
+        "--publish-unknown",
+        "0.02",
+        "--run-timeout",
+        "240",
     ];
-    api.start().unwrap();
-    for o in &mut ops {
-        o.start().unwrap();
-    }
-    let base = format!("http://127.0.0.1:{api_port}");
-    wait_http_ok(&format!("{base}/readyz"), Duration::from_secs(20))
-        .await
-        .unwrap();
-
-    let mut sim = tokio::process::Command::new(env!("CARGO_BIN_EXE_nifi-sim"))
-        .args([
-            "--api",
-            &base,
-            "--token",
-            NIFI,
-            "--receiver-listen",
-            &format!("127.0.0.1:{receiver_port}"),
-            "--receiver-prefix",
-            "/pg05",
-            "--job",
-            "CHAOS_JOB",
-            "--runs",
-            &runs.to_string(),
-            "--concurrent-runs",
-            "6",
-            "--partitions",
-            "3",
-            "--chunks",
-            "3",
-            "--nodes",
-            "3",
-            "--publish-unknown",
-            "0.02",
-            "--run-timeout",
-            "240",
-        ])
-        .args(e2e::nifi::CHAOS_FAULTS)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut stdout = sim.stdout.take().unwrap();
-    let out = tokio::spawn(async move {
-        use tokio::io::AsyncReadExt;
-        let mut s = String::new();
-        stdout.read_to_string(&mut s).await.map(|_| s)
-    });
+    args.extend_from_slice(e2e::nifi::CHAOS_FAULTS);
+    let mut sim = sys.simulate(SIM, "CHAOS_JOB", &args);
 
     // The chaos: the api-server killed every 3 s, the leading operator killed once, PostgreSQL
     // restarted once, for as long as the load runs (at most 10 minutes).
     let (mut api_kills, mut leader_kills, mut pg_restarts) = (0, 0, 0);
     let chaos_start = Instant::now();
     let mut next_api_kill = Duration::from_secs(2);
-    let exit = loop {
-        if let Ok(Some(status)) = sim.try_wait() {
-            break status;
-        }
+    while sim.try_wait().unwrap().is_none() {
         let t = chaos_start.elapsed();
         assert!(
             t < Duration::from_secs(600),
             "the load did not finish in 10 minutes"
         );
         if t >= next_api_kill {
-            api.kill();
-            api.start().unwrap();
+            sys.api.kill();
+            sys.api.start().unwrap();
             api_kills += 1;
             next_api_kill += Duration::from_secs(3);
         }
         if leader_kills == 0
             && t >= Duration::from_secs(3)
-            && let Some(pid) = leader_pid(&db_url).await
-            && let Some(o) = ops.iter_mut().find(|o| o.pid() == Some(pid))
+            && let Some(pid) = sys.leader_pid().await
+            && let Some(o) = sys.ops.iter_mut().find(|o| o.pid() == Some(pid))
         {
             o.kill();
             leader_kills += 1;
             o.start().unwrap(); // back as the standby
         }
         if pg_restarts == 0 && t >= Duration::from_secs(5) {
-            let away = pg.restart().unwrap();
+            let away = sys.pg.restart().unwrap();
             eprintln!(
                 "chaos: PostgreSQL restarted ({:.1}s away)",
                 away.as_secs_f64()
@@ -169,26 +88,15 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
             pg_restarts += 1;
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let text = out.await.unwrap().unwrap();
-    let summary: serde_json::Value = serde_json::from_str(text.lines().last().unwrap_or(""))
-        .unwrap_or_else(|_| panic!("nifi-sim printed no summary (exit {exit}): {text}"));
+    }
+    let summary = sim_summary(sim).await;
 
-    // The ledger settles: nothing left moving but what waits for a person.
-    let mut conn = sqlx::PgConnection::connect(&db_url).await.unwrap();
-    let report = check(
-        &mut conn,
-        &Scope {
-            job_keys: vec!["CHAOS_JOB".into()],
-            stale_after_seconds: 0.0,
-        },
-    )
-    .await
-    .unwrap();
-    let line = serde_json::json!({
+    let report = checked(&sys.db_url, "CHAOS_JOB").await;
+    let line = json!({
         "bench": "chaos", "runs": runs, "final_status": summary["final_status"], "ledger": report.by_status,
         "faults_injected": summary["faults_injected"], "api_kills": api_kills, "leader_kills": leader_kills,
-        "pg_restarts": pg_restarts, "violations": report.violations.len(), "gave_up": summary["gave_up"].as_array().map_or(0, Vec::len),
+        "pg_restarts": pg_restarts, "violations": report.violations.len(),
+        "gave_up": summary["gave_up"].as_array().map_or(0, Vec::len),
         "requests": summary["requests"], "wall_seconds": t0.elapsed().as_secs_f64(),
     });
     println!("{line}");
@@ -197,21 +105,21 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
         report.violations.is_empty(),
         "invariants broken: {:#?}\n{}",
         report.violations,
-        ops[0].log_tail(30)
+        sys.ops[0].log_tail(30)
     );
     assert_eq!(
         summary["anomalies"],
-        serde_json::json!([]),
+        json!([]),
         "contract broken under faults: {summary}"
     );
     assert_eq!(
         summary["receiver"]["rejected"],
-        serde_json::json!([]),
+        json!([]),
         "PG-05 refused a dispatch: {summary}"
     );
     assert_eq!(
         summary["unfinished"],
-        serde_json::json!([]),
+        json!([]),
         "runs that never ended: {summary}"
     );
     assert_eq!(
@@ -223,18 +131,46 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
         api_kills >= 1 && leader_kills == 1 && pg_restarts == 1,
         "the faults happened while the load ran"
     );
-    for o in &mut ops {
-        o.stop();
-    }
-    api.stop();
-    let _ = std::fs::remove_dir_all(&dir); // the processes' logs, kept only when the test fails
+    sys.stop();
 }
 
-fn tempdir() -> std::path::PathBuf {
-    let d = std::env::temp_dir().join(format!(
-        "lc-chaos-logs-{}",
-        &uuid::Uuid::new_v4().simple().to_string()[..8]
-    ));
-    std::fs::create_dir_all(&d).unwrap();
-    d
+/// A slow PG-05 (each answer after 300 ms) that refuses its first three dispatches with 503: the
+/// dispatcher retries with backoff, every run still completes, and nothing is sent that PG-05 would
+/// reject.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_slow_and_refusing_pg05_still_gets_every_dispatch() {
+    let sys = System::start("pg05").await.expect("standalone system");
+    let sim = sys.simulate(
+        SIM,
+        "PG05_JOB",
+        &[
+            "--runs",
+            "4",
+            "--partitions",
+            "2",
+            "--chunks",
+            "2",
+            "--pg05-delay-ms",
+            "300",
+            "--pg05-refuse-first",
+            "3",
+            "--pg05-refuse-status",
+            "503",
+        ],
+    );
+    let summary = sim_summary(sim).await;
+    assert_eq!(summary["final_status"]["SUCCESS"], 4, "{summary}");
+    assert_eq!(summary["receiver"]["refused_on_purpose"], 3, "{summary}");
+    assert_eq!(summary["receiver"]["rejected"], json!([]), "{summary}");
+    let report = checked(&sys.db_url, "PG05_JOB").await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    // The refusals were retried, not dropped: each VALIDATE_RUN was sent more than once in total.
+    let mut conn = sqlx::PgConnection::connect(&sys.db_url).await.unwrap();
+    let (attempts,): (i64,) =
+        sqlx::query_as("SELECT sum(attempt_count)::bigint FROM nifi_ops.load_dispatch")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(attempts, 4 + 3, "4 dispatches delivered, after 3 refused attempts in all");
+    sys.stop();
 }
