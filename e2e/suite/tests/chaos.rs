@@ -171,6 +171,10 @@ async fn a_slow_and_refusing_pg05_still_gets_every_dispatch() {
             .fetch_one(&mut conn)
             .await
             .unwrap();
-    assert_eq!(attempts, 4 + 3, "4 dispatches delivered, after 3 refused attempts in all");
+    assert_eq!(
+        attempts,
+        4 + 3,
+        "4 dispatches delivered, after 3 refused attempts in all"
+    );
     sys.stop();
 }
