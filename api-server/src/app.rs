@@ -150,11 +150,16 @@ impl Input {
                 .collect(),
             Err(_) => HashMap::new(),
         };
-        let query = parts
+        let query: Vec<(String, String)> = parts
             .uri
             .query()
             .map(|q| form_urlencoded::parse(q.as_bytes()).into_owned().collect())
             .unwrap_or_default();
+        for (key, value) in &query {
+            if key.contains('\0') || value.contains('\0') {
+                problems.push(key.replace('\0', "\\u0000"), crate::input::NUL_REFUSED);
+            }
+        }
         let mut body = None;
         if mode == BodyMode::Json {
             let content_type = parts

@@ -166,7 +166,9 @@ impl From<LedgerError> for ApiError {
                 ApiError::new(S::UNPROCESSABLE_ENTITY, "CHUNK_INDEX_OUT_OF_RANGE")
             }
             L::HdfsPathOutsideRun => {
-                ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN")
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN").with_message(
+                    "hdfsPath must name a file below the run's hdfsRunPath, with no empty, '.' or '..' segment",
+                )
             }
             L::UniqueViolation { constraint } => ApiError::new(S::CONFLICT, "UNIQUE_VIOLATION")
                 .with_message("unique constraint violated")

@@ -292,9 +292,24 @@ pub fn boolean(v: &JVal) -> Conv<bool> {
     }
 }
 
+/// PostgreSQL stores no U+0000 in text or jsonb: such a value is the client's mistake (422),
+/// never a database error (CONTRACT §3.3).
+pub const NUL_REFUSED: &str = "must not contain the NUL character (U+0000)";
+
+/// Whether a value holds U+0000 anywhere (strings, object keys, nested).
+pub fn has_nul(v: &JVal) -> bool {
+    match v {
+        JVal::Str(s) => s.contains('\0'),
+        JVal::Arr(items) => items.iter().any(has_nul),
+        JVal::Obj(fields) => fields.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
 /// A string; a JSON number becomes its literal text.
 pub fn string(v: &JVal) -> Conv<String> {
     match v {
+        JVal::Str(s) if s.contains('\0') => Err(NUL_REFUSED.into()),
         JVal::Str(s) => Ok(s.clone()),
         JVal::Num(n) => Ok(n.clone()),
         _ => Err("must be a string".into()),
@@ -403,6 +418,9 @@ pub fn enumeration<T>(
 
 /// A free-form object, kept as sent.
 pub fn object(v: &JVal) -> Conv<serde_json::Map<String, Value>> {
+    if has_nul(v) {
+        return Err(NUL_REFUSED.into());
+    }
     match v.to_json() {
         Value::Object(m) if matches!(v, JVal::Obj(_)) => Ok(m),
         _ => Err("must be a JSON object".into()),

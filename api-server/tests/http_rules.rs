@@ -470,3 +470,100 @@ async fn read_response(rd: &mut (impl tokio::io::AsyncRead + Unpin)) -> Option<S
         buf.extend_from_slice(&chunk[..n]);
     }
 }
+
+/// A NUL character in any text or free-form field, or in a query parameter, is the client's
+/// mistake: 422 naming the field, nothing written — never PostgreSQL's 22021/22P05 as a 503,
+/// which NiFi would retry until it gave up and lost the report.
+#[tokio::test]
+async fn a_nul_character_is_a_422_and_writes_nothing() {
+    let api = Api::start().await;
+    let run = api.extracting_run("NULJOB", "bk-nul", &[5]).await;
+    let token = uuid::Uuid::new_v4();
+    assert_eq!(api.claim(run, &pid(0), token).await.status.as_u16(), 200);
+    let fail = api
+        .post(
+            &format!("/v1/runs/{run}/partitions/{}/fail", pid(0)),
+            json!({"claimToken": token, "errorStage": "EXTRACT", "errorClass": "IO",
+                   "errorCode": "E1", "message": "disk\u{0}full"}),
+        )
+        .await;
+    assert_eq!(fail.status.as_u16(), 422, "{}", fail.body);
+    assert!(fail.body.to_string().contains("message"), "{}", fail.body);
+    assert_eq!(api.run_status(run).await, "EXTRACTING", "nothing written");
+    let chunk = api
+        .post(
+            &format!("/v1/runs/{run}/partitions/{}/chunks", pid(0)),
+            json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 1, "recordCount": 5,
+                   "hdfsPath": format!("/data/stage/NULJOB/run_id={run}/p/a\u{0}b.parquet")}),
+        )
+        .await;
+    assert_eq!(chunk.status.as_u16(), 422, "{}", chunk.body);
+    assert!(
+        chunk.body.to_string().contains("U+0000"),
+        "refused for the NUL: {}",
+        chunk.body
+    );
+    let created = api
+        .post(
+            "/v1/runs",
+            json!({"jobKey": "NULJOB2", "businessKey": "b", "hdfsRoot": "/data",
+                   "stageTablePrefix": "t_", "parameters": {"note": "x\u{0}y"}}),
+        )
+        .await;
+    assert_eq!(created.status.as_u16(), 422, "{}", created.body);
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'NULJOB2' AND $1 IS NOT NULL",
+            run
+        )
+        .await,
+        0
+    );
+    let listed = api.get("/v1/runs?jobKey=%00").await;
+    assert_eq!(listed.status.as_u16(), 422, "{}", listed.body);
+}
+
+/// One HDFS file has one spelling: `p//f`, `p/./f` and the run directory itself are refused, so
+/// one file can never be recorded as several chunks.
+#[tokio::test]
+async fn path_aliases_cannot_record_one_file_twice() {
+    let api = Api::start().await;
+    let run = api.extracting_run("ALIAS", "bk-alias", &[10]).await;
+    let token = Uuid::new_v4();
+    assert_eq!(api.claim(run, &pid(0), token).await.status.as_u16(), 200);
+    let root = format!("/data/stage/ALIAS/run_id={run}");
+    for (i, path) in [
+        format!("{root}/p//f"),
+        format!("{root}/p/./f"),
+        format!("{root}/"),
+    ]
+    .iter()
+    .enumerate()
+    {
+        let r = api
+            .post(
+                &format!("/v1/runs/{run}/partitions/{}/chunks", pid(0)),
+                json!({"claimToken": token, "chunkIndex": i, "chunkCount": 4, "hdfsPath": path, "recordCount": 1}),
+            )
+            .await;
+        assert_eq!(r.status.as_u16(), 422, "{path}: {}", r.body);
+        assert_eq!(r.body["code"], "HDFS_PATH_OUTSIDE_RUN");
+    }
+    assert_eq!(
+        api.count(
+            "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1",
+            run
+        )
+        .await,
+        0
+    );
+    // The canonical spelling is accepted (the refusals above were about the aliases).
+    let ok = api
+        .post(
+            &format!("/v1/runs/{run}/partitions/{}/chunks", pid(0)),
+            json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 4,
+                   "hdfsPath": format!("{root}/p/f"), "recordCount": 1}),
+        )
+        .await;
+    assert_eq!(ok.status.as_u16(), 200, "{}", ok.body);
+}

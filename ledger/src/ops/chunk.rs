@@ -64,13 +64,17 @@ impl ChunkResult {
 
 /// The run directory check (§4.7 step 4): below `<hdfs_run_path>/`, no `..` segment.
 pub fn path_inside_run(run_path: Option<&str>, hdfs_path: &str) -> bool {
-    match run_path {
-        Some(root) => {
-            hdfs_path.starts_with(&format!("{root}/"))
-                && !hdfs_path.split('/').any(|seg| seg == "..")
-        }
-        None => false,
-    }
+    // One file, one spelling: `p//f`, `p/./f` and a trailing `/` name the same file (or a
+    // directory) under another string, which would let one file be recorded as several chunks.
+    run_path
+        .and_then(|root| hdfs_path.strip_prefix(root))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|rel| {
+            !rel.is_empty()
+                && rel
+                    .split('/')
+                    .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
+        })
 }
 
 #[derive(sqlx::FromRow)]
@@ -378,5 +382,17 @@ mod tests {
         assert!(!path_inside_run(root, "/data/J/run_id=10/x"));
         assert!(!path_inside_run(root, "/data/J/run_id=1/../run_id=2/x"));
         assert!(!path_inside_run(None, "/data/J/run_id=1/x"));
+        // Aliases of one file, and the run directory itself, are refused.
+        for alias in [
+            "/data/J/run_id=1/p//f",
+            "/data/J/run_id=1/p/./f",
+            "/data/J/run_id=1/./p/f",
+            "/data/J/run_id=1//p/f",
+            "/data/J/run_id=1/",
+            "/data/J/run_id=1/p/",
+        ] {
+            assert!(!path_inside_run(root, alias), "{alias}");
+        }
+        assert!(path_inside_run(root, "/data/J/run_id=1/p/f"));
     }
 }
