@@ -3,11 +3,24 @@
 use serde_json::Value;
 use std::time::Duration;
 
-/// ISO-8601 (`PT90M`, `P3D`), a number of seconds, or `<n>s|m|h|d` (CONTRACT §10.1).
+/// The longest duration any setting may have: 100 years. Longer values are refused as invalid
+/// (a LoadJob reports them; the configuration refuses to start), never accepted and then
+/// overflowing — `Duration::from_secs_f64` panics past u64 seconds, and PostgreSQL's interval
+/// arithmetic fails on `now() + P3000000D`.
+pub const MAX_DURATION_SECS: f64 = 100.0 * 365.25 * 86400.0;
+
+/// Seconds within [0, MAX_DURATION_SECS] as a Duration; None otherwise (NaN and ∞ included).
+pub fn bounded_secs(secs: f64) -> Option<Duration> {
+    (secs.is_finite() && (0.0..=MAX_DURATION_SECS).contains(&secs))
+        .then(|| Duration::from_secs_f64(secs))
+}
+
+/// ISO-8601 (`PT90M`, `P3D`), a number of seconds, or `<n>s|m|h|d` (CONTRACT §10.1), at most
+/// [`MAX_DURATION_SECS`].
 pub fn parse_duration(s: &str) -> Option<Duration> {
     let s = s.trim();
     if let Ok(secs) = s.parse::<f64>() {
-        return (secs >= 0.0 && secs.is_finite()).then(|| Duration::from_secs_f64(secs));
+        return bounded_secs(secs);
     }
     if let Some(rest) = s.strip_prefix('P') {
         let (date, time) = rest.split_once('T').unwrap_or((rest, ""));
@@ -32,7 +45,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
                 return None;
             }
         }
-        return any.then(|| Duration::from_secs_f64(total));
+        return if any { bounded_secs(total) } else { None };
     }
     let (num, unit) = s.split_at(s.len().checked_sub(1)?);
     let mult = match unit {
@@ -43,7 +56,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         _ => return None,
     };
     let n: f64 = num.parse().ok()?;
-    (n >= 0.0 && n.is_finite()).then(|| Duration::from_secs_f64(n * mult))
+    bounded_secs(n * mult)
 }
 
 /// ISO-8601 in the largest whole units (`PT6H`, `PT1H30M`, `P3D`), for messages (§7.2).
@@ -74,10 +87,7 @@ pub fn iso_duration(d: Duration) -> String {
 fn duration_value(v: &Value) -> Option<Duration> {
     match v {
         Value::String(s) => parse_duration(s),
-        Value::Number(n) => n
-            .as_f64()
-            .filter(|f| *f >= 0.0 && f.is_finite())
-            .map(Duration::from_secs_f64),
+        Value::Number(n) => n.as_f64().and_then(bounded_secs),
         _ => None,
     }
 }
@@ -246,6 +256,29 @@ pub fn effective(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn huge_durations_are_invalid_not_a_panic() {
+        for huge in [
+            "99999999999999999999",
+            "P3000000D",
+            "PT99999999999999999999S",
+            "1e300s",
+            "101000000000",
+        ] {
+            assert_eq!(parse_duration(huge), None, "{huge}");
+        }
+        assert_eq!(
+            parse_duration("P36500D"),
+            Some(Duration::from_secs(36500 * 86400))
+        );
+        assert_eq!(duration_value(&serde_json::json!(1e30)), None);
+        assert_eq!(
+            duration_value(&serde_json::json!(90)),
+            Some(Duration::from_secs(90))
+        );
+    }
+
     use super::*;
     use serde_json::json;
 
