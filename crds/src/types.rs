@@ -158,7 +158,8 @@ pub struct RunRef {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct RecentCounts {
     pub succeeded: i64,
     pub failed: i64,
@@ -167,7 +168,8 @@ pub struct RecentCounts {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct LoadJobStatus {
     pub observed_generation: Option<i64>,
     #[serde(default)]
@@ -253,7 +255,8 @@ pub struct LoadRunSpec {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct RunCounts {
     pub source: Option<i64>,
     pub extracted: i64,
@@ -262,7 +265,8 @@ pub struct RunCounts {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct PartitionCounts {
     pub expected: i64,
     pub succeeded: i64,
@@ -275,7 +279,8 @@ pub struct PartitionCounts {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct RunError {
     pub stage: Option<String>,
     pub code: Option<String>,
@@ -283,7 +288,8 @@ pub struct RunError {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct DispatchCounts {
     pub pending: i64,
     pub sent: i64,
@@ -291,7 +297,8 @@ pub struct DispatchCounts {
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
+// Missing fields default: a status written by an older (or newer) operator still reads.
+#[serde(rename_all = "camelCase", default)]
 pub struct LoadRunStatus {
     /// The ledger run status.
     pub phase: String,
@@ -311,4 +318,27 @@ pub struct LoadRunStatus {
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
+}
+
+#[cfg(test)]
+mod status_tests {
+    use super::*;
+
+    #[test]
+    fn a_status_missing_newer_fields_still_reads() {
+        let run: LoadRunStatus =
+            serde_json::from_value(serde_json::json!({"phase": "SUCCESS"})).unwrap();
+        assert_eq!(
+            (run.phase.as_str(), run.ledger_version, run.counts.extracted),
+            ("SUCCESS", 0, 0)
+        );
+        let job: LoadJobStatus = serde_json::from_value(
+            serde_json::json!({"activeRuns": 1, "recent": {"succeeded": 2}}),
+        )
+        .unwrap();
+        assert_eq!(
+            (job.active_runs, job.recent.succeeded, job.recent.cancelled),
+            (1, 2, 0)
+        );
+    }
 }
