@@ -117,6 +117,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
         let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
         tracing::info!(event = "watch_scope", scope = %scope, "watching LoadJobs and LoadRuns");
+        lcoperator::scope::check_kinds_served(&client, &scope).await?;
         Operator::start_kubernetes(
             &config,
             ledger.clone(),

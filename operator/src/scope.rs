@@ -57,6 +57,33 @@ impl WatchScope {
     }
 }
 
+/// Checks at start that the LoadJob and LoadRun kinds are served and readable in the scope, so a
+/// missing CRD or missing RBAC stops the process with a sentence, not a watch retrying forever.
+pub async fn check_kinds_served(client: &Client, scope: &WatchScope) -> anyhow::Result<()> {
+    use kube::api::ListParams;
+    async fn one<K>(apis: Vec<Api<K>>, kind: &str, scope: &WatchScope) -> anyhow::Result<()>
+    where
+        K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
+    {
+        for api in apis {
+            match api.list(&ListParams::default().limit(1)).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
+                    "the {kind} custom resource is not installed: run `kubectl apply --server-side -f crds/` (or install the chart's CRDs) first"
+                ),
+                Err(kube::Error::Api(e)) if e.code == 403 => anyhow::bail!(
+                    "not allowed to list {kind}s in {scope}: {} (check the chart's RBAC and watchNamespaces)",
+                    e.message
+                ),
+                Err(e) => anyhow::bail!("listing {kind}s in {scope}: {e}"),
+            }
+        }
+        Ok(())
+    }
+    one(scope.apis::<crds::LoadJob>(client), "LoadJob", scope).await?;
+    one(scope.apis::<crds::LoadRun>(client), "LoadRun", scope).await
+}
+
 impl std::fmt::Display for WatchScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -917,3 +917,31 @@ async fn a_renewing_holder_with_a_slow_clock_keeps_its_lease() {
         t.elapsed().as_secs_f64()
     );
 }
+
+/// The shipped binary in Kubernetes mode refuses to start, with a sentence saying what to do, when
+/// the CRDs are not installed (rather than watching a missing kind forever).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_says_when_the_crds_are_missing() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    let env = Env::start(|_| {}).await;
+    let db = env.config.database.url.clone().unwrap();
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .env("KUBECONFIG", &cp.kubeconfig)
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &db)
+        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9/nifi")
+        .env("LCA_WORKER__METRICS_PORT", "null")
+        .env("POD_NAMESPACE", "default")
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out)
+        .await
+        .expect("the operator exits instead of waiting")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("custom resource is not installed") && stderr.contains("crds/"),
+        "{stderr}"
+    );
+}
