@@ -255,27 +255,76 @@ pub fn integer(v: &JVal) -> Conv<i64> {
         }
         _ => return Err("must be an integer".into()),
     };
+    if text.contains(['e', 'E']) {
+        // Exactly, in decimal: through f64, 9007199254740993e0 would become …992.
+        return exact_integer(text)
+            .ok_or_else(|| "must be an integer in the signed 64-bit range".to_string());
+    }
     let int_part = match text.split_once('.') {
         // 7.0 is an integer; 7.5 is not.
-        Some((i, frac)) if !frac.contains(['e', 'E']) => {
+        Some((i, frac)) => {
             if !frac.bytes().all(|b| b == b'0') {
                 return Err("must be an integer".into());
             }
             i
-        }
-        Some(_) => return Err("must be an integer".into()),
-        None if text.contains(['e', 'E']) => {
-            let f: f64 = text.parse().map_err(|_| "must be an integer".to_string())?;
-            if f.fract() != 0.0 || f.abs() >= 9.2e18 {
-                return Err("must be an integer in the signed 64-bit range".into());
-            }
-            return Ok(f as i64);
         }
         None => text,
     };
     int_part
         .parse::<i64>()
         .map_err(|_| "must be an integer in the signed 64-bit range".to_string())
+}
+
+/// The exact value of a decimal literal with an exponent (`15e-1` is not an integer, `1.5e1`
+/// is 15), when it is an integer in the signed 64-bit range.
+fn exact_integer(text: &str) -> Option<i64> {
+    let (mantissa, exp) = text.split_once(['e', 'E'])?;
+    let exp: i64 = exp.strip_prefix('+').unwrap_or(exp).parse().ok()?;
+    let (negative, mantissa) = match mantissa.strip_prefix('-') {
+        Some(m) => (true, m),
+        None => (false, mantissa.strip_prefix('+').unwrap_or(mantissa)),
+    };
+    let (int_digits, frac_digits) = mantissa.split_once('.').unwrap_or((mantissa, ""));
+    if int_digits.is_empty() && frac_digits.is_empty()
+        || !int_digits
+            .bytes()
+            .chain(frac_digits.bytes())
+            .all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let digits = format!("{int_digits}{frac_digits}");
+    let digits = digits.trim_start_matches('0');
+    let scale = exp.checked_sub(frac_digits.len() as i64)?;
+    let digits: &str = if digits.is_empty() {
+        "0"
+    } else if scale < 0 {
+        // The dropped digits must all be zeros, or it is not an integer.
+        let keep = digits.len().checked_sub(scale.unsigned_abs() as usize);
+        match keep {
+            Some(k) if digits[k..].bytes().all(|b| b == b'0') => &digits[..k],
+            None if digits.bytes().all(|b| b == b'0') => "0",
+            _ => return None,
+        }
+    } else {
+        digits
+    };
+    let zeros = if digits == "0" {
+        0
+    } else {
+        scale.max(0) as usize
+    };
+    if digits.len() + zeros > 19 {
+        return None;
+    }
+    let value: i128 = format!(
+        "{}{}",
+        if digits.is_empty() { "0" } else { digits },
+        "0".repeat(zeros)
+    )
+    .parse()
+    .ok()?;
+    i64::try_from(if negative { -value } else { value }).ok()
 }
 
 pub fn boolean(v: &JVal) -> Conv<bool> {
@@ -429,6 +478,22 @@ pub fn object(v: &JVal) -> Conv<serde_json::Map<String, Value>> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn integers_with_an_exponent_are_exact() {
+        let n = |t: &str| integer(&JVal::Num(t.into()));
+        assert_eq!(n("9007199254740993e0"), Ok(9007199254740993));
+        assert_eq!(n("1.5e1"), Ok(15));
+        assert!(n("15e-1").is_err());
+        assert_eq!(n("1500e-2"), Ok(15));
+        assert_eq!(n("-2E3"), Ok(-2000));
+        assert_eq!(n("9223372036854775807e0"), Ok(i64::MAX));
+        assert!(n("9223372036854775808e0").is_err());
+        assert!(n("1e19").is_err());
+        assert_eq!(n("0e99999"), Ok(0));
+        assert!(n("1e99999999999999999999").is_err());
+    }
+
     use super::*;
 
     fn j(s: &str) -> JVal {

@@ -277,7 +277,8 @@ pub fn metrics(
         JVal::Str(s) if s == "TARGET" => Ok(Some(MetricStage::Target)),
         _ => Err("must be STAGING or TARGET".into()),
     });
-    let version = o.optional("queryVersion", "v1".to_string(), p, text(1, 50));
+    // ShortText allows the empty string (§4.10).
+    let version = o.optional("queryVersion", "v1".to_string(), p, text(0, 50));
     let raw: &[JVal] = o.required("metrics", p, |v| match v {
         JVal::Arr(a) if (1..=500).contains(&a.len()) => Ok(a.as_slice()),
         JVal::Arr(_) => Err("must hold 1..500 metrics".into()),

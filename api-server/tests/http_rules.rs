@@ -567,3 +567,28 @@ async fn path_aliases_cannot_record_one_file_twice() {
         .await;
     assert_eq!(ok.status.as_u16(), 200, "{}", ok.body);
 }
+
+/// An empty queryVersion is a ShortText like any other (§4.10): stored, not refused.
+#[tokio::test]
+async fn an_empty_query_version_is_accepted() {
+    let api = Api::start().await;
+    let (run, dispatch) = api.validated_run("bk-qv").await;
+    let started = api
+        .post(
+            &format!("/v1/runs/{run}/validation/start"),
+            json!({"dispatchId": dispatch}),
+        )
+        .await;
+    assert_eq!(started.status.as_u16(), 200, "{}", started.body);
+    let r = api
+        .post(
+            &format!("/v1/runs/{run}/validations"),
+            json!({"stage": "STAGING", "queryVersion": "", "metrics": [{"metricName": "STAGE_COUNT", "actualValue": "5", "result": "PASS"}]}),
+        )
+        .await;
+    assert_eq!(r.status.as_u16(), 200, "{}", r.body);
+    assert_eq!(
+        api.count("SELECT count(*) FROM nifi_ops.load_validation WHERE run_id = $1 AND query_version = ''", run).await,
+        1
+    );
+}
