@@ -1,0 +1,240 @@
+//! `loadctl`: the on-call operator's command line for load-control (also installable as the
+//! kubectl plugin `kubectl-loadctl`: the same binary under that name).
+//!
+//! Exit codes, for scripts:
+//! * 0 — done;
+//! * 2 — bad usage (unknown command, missing argument);
+//! * 3 — the API refused the request (a 4xx other than 401/403: its code is printed);
+//! * 4 — not authenticated or not allowed (401/403);
+//! * 5 — the API could not be reached, or failed (transport error, 5xx).
+mod client;
+mod render;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use client::{Api, Failure};
+use serde_json::json;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "loadctl",
+    version,
+    about = "load-control for on-call operators: runs, alerts, and the actions that unstick them.",
+    long_about = "load-control for on-call operators: list and inspect runs, resolve PUBLISH_UNKNOWN, resend DEAD \
+dispatches, cancel runs, read the monitor summary.\n\n\
+Where the API is: --server, else $LOADCTL_SERVER, else monitor.api_url of the configuration file (--config, \
+$LCA_CONFIG, ./config/config.yaml; optional), else http://127.0.0.1:8080. The token: --token, else \
+$LOADCTL_TOKEN, else monitor.token; actions use --operator-token / monitor.operator_token when set.\n\n\
+Exit codes: 0 done, 2 bad usage, 3 refused by the API (its code is printed), 4 not authenticated or not \
+allowed, 5 API unreachable or failing."
+)]
+struct Cli {
+    /// Base URL of the load-control API.
+    #[arg(long, visible_alias = "url", global = true, env = "LOADCTL_SERVER")]
+    server: Option<String>,
+    /// Bearer token (reads need the nifi or operator role; actions need operator).
+    #[arg(long, global = true, env = "LOADCTL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Token for actions, when it differs from --token.
+    #[arg(
+        long,
+        global = true,
+        env = "LOADCTL_OPERATOR_TOKEN",
+        hide_env_values = true
+    )]
+    operator_token: Option<String>,
+    /// Configuration file (the api-server's format; only monitor.* is read).
+    #[arg(long, global = true, value_name = "PATH")]
+    config: Option<std::path::PathBuf>,
+    /// Output format.
+    #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
+    output: Output,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List runs, newest first.
+    Runs {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long)]
+        business_key: Option<String>,
+        /// A run status, e.g. PUBLISH_UNKNOWN.
+        #[arg(long)]
+        status: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// Show one run: partitions, metrics, dispatches, events.
+    Run { run_id: String },
+    /// Resolve a PUBLISH_UNKNOWN run after checking the target table in Hive.
+    Resolve {
+        run_id: String,
+        #[arg(long, value_enum)]
+        outcome: Outcome,
+        /// Why (at least 5 characters); recorded in the run's events.
+        #[arg(long)]
+        reason: String,
+    },
+    /// Send a dispatch again (DEAD or SENT).
+    Resend { run_id: String, dispatch_id: String },
+    /// Cancel a run that has not started publishing.
+    Cancel {
+        run_id: String,
+        /// Why (at least 5 characters); recorded in the run's events.
+        #[arg(long)]
+        reason: String,
+    },
+    /// The monitor summary: active runs, dispatch backlog, alerts.
+    Summary,
+    /// Cleanup (runs past retention).
+    Cleanup {
+        #[command(subcommand)]
+        what: CleanupCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CleanupCommand {
+    /// Runs due for cleanup.
+    Candidates {
+        #[arg(long)]
+        job: Option<String>,
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+}
+
+#[derive(Clone, Copy, ValueEnum)]
+#[value(rename_all = "SCREAMING_SNAKE_CASE")]
+enum Outcome {
+    Published,
+    FailedPublish,
+}
+
+impl Outcome {
+    fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Published => "PUBLISHED",
+            Outcome::FailedPublish => "FAILED_PUBLISH",
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<String, Failure> {
+    let api = Api::from_settings(
+        cli.server.as_deref(),
+        cli.token.as_deref(),
+        cli.operator_token.as_deref(),
+        cli.config.as_deref(),
+    )?;
+    let json_out = cli.output == Output::Json;
+    let out = |v: &serde_json::Value, table: fn(&serde_json::Value) -> String| {
+        if json_out {
+            serde_json::to_string_pretty(v).expect("JSON")
+        } else {
+            table(v)
+        }
+    };
+    Ok(match cli.command {
+        Command::Runs {
+            job,
+            business_key,
+            status,
+            limit,
+        } => {
+            let mut q = vec![("limit", limit.to_string())];
+            q.extend(job.map(|j| ("jobKey", j)));
+            q.extend(business_key.map(|b| ("businessKey", b)));
+            q.extend(status.map(|s| ("status", s)));
+            out(&api.get("/v1/runs", &q).await?, render::runs)
+        }
+        Command::Run { run_id } => {
+            let detail = api.get(&format!("/v1/runs/{run_id}"), &[]).await?;
+            let metrics = api
+                .get(&format!("/v1/runs/{run_id}/validations"), &[])
+                .await?;
+            let events = api.get(&format!("/v1/runs/{run_id}/events"), &[]).await?;
+            let all = json!({"run": detail, "validations": metrics, "events": events});
+            out(&all, render::run)
+        }
+        Command::Resolve {
+            run_id,
+            outcome,
+            reason,
+        } => {
+            let body = json!({"resolution": outcome.as_str(), "reason": reason});
+            let r = api
+                .act(
+                    &format!("/v1/runs/{run_id}/publish-unknown/resolve"),
+                    Some(body),
+                )
+                .await?;
+            out(&r, render::change)
+        }
+        Command::Resend {
+            run_id,
+            dispatch_id,
+        } => {
+            let r = api
+                .act(
+                    &format!("/v1/runs/{run_id}/dispatches/{dispatch_id}/resend"),
+                    None,
+                )
+                .await?;
+            out(&r, render::resent)
+        }
+        Command::Cancel { run_id, reason } => {
+            let r = api
+                .act(
+                    &format!("/v1/runs/{run_id}/cancel"),
+                    Some(json!({"reason": reason})),
+                )
+                .await?;
+            out(&r, render::change)
+        }
+        Command::Summary => out(&api.get("/v1/monitor/summary", &[]).await?, render::summary),
+        Command::Cleanup {
+            what: CleanupCommand::Candidates { job, limit },
+        } => {
+            let mut q = vec![("limit", limit.to_string())];
+            q.extend(job.map(|j| ("jobKey", j)));
+            out(
+                &api.get("/v1/cleanup/candidates", &q).await?,
+                render::candidates,
+            )
+        }
+    })
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let cli = Cli::parse();
+    match run(cli).await {
+        Ok(text) => {
+            println!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(f) => {
+            eprintln!("loadctl: {f}");
+            ExitCode::from(f.exit_code())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_command_line_is_well_formed() {
+        <super::Cli as clap::CommandFactory>::command().debug_assert();
+    }
+}
