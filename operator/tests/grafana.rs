@@ -1,0 +1,126 @@
+//! The Grafana dashboard the chart ships: valid JSON, every panel queries Prometheus, and every
+//! lca_* metric it queries exists in the /metrics of the api-server or of the operator.
+mod common;
+use common::*;
+
+const NIFI: &str = "grafana-nifi-token";
+use std::collections::BTreeSet;
+
+/// Metric names a /metrics text exposes (sample names, and the families of `# TYPE` lines with
+/// their counter and histogram sample names).
+fn exposed(text: &str) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let mut parts = rest.split_whitespace();
+            let (Some(name), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            names.insert(name.to_string());
+            match kind {
+                "counter" => {
+                    names.insert(format!("{}_total", name.trim_end_matches("_total")));
+                }
+                "histogram" => {
+                    for s in ["_bucket", "_sum", "_count"] {
+                        names.insert(format!("{name}{s}"));
+                    }
+                }
+                _ => {}
+            }
+        } else if !line.starts_with('#') {
+            let name: String = line
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            names.insert(name);
+        }
+    }
+    names
+}
+
+#[tokio::test]
+async fn every_metric_the_dashboard_queries_exists() {
+    let path = format!(
+        "{}/../charts/load-control/dashboards/load-control.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let dash: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).expect("valid JSON");
+    let re = regex::Regex::new(r"lca_[a-z_]+").unwrap();
+    let mut queried = BTreeSet::new();
+    let panels = dash["panels"].as_array().expect("panels");
+    assert!(!panels.is_empty());
+    for p in panels {
+        let targets = p["targets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("panel {} has no targets", p["title"]));
+        assert!(!targets.is_empty(), "panel {} queries nothing", p["title"]);
+        for t in targets {
+            let expr = t["expr"].as_str().expect("a PromQL expression");
+            queried.extend(re.find_iter(expr).map(|m| m.as_str().to_string()));
+        }
+    }
+    // The api-server's /metrics after a chunk report (families appear with their first sample).
+    let env = Env::start(|_| {}).await;
+    let mut config = env.config.clone();
+    config.auth.tokens = vec![lcconfig::config::TokenEntry {
+        name: "nifi".into(),
+        role: "nifi".into(),
+        sha256: load_control_api::auth::sha256_hex(NIFI),
+    }];
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(load_control_api::server::serve(
+        config,
+        env.ledger.clone(),
+        listener,
+        std::future::pending(),
+    ));
+    let http = reqwest::Client::new();
+    // A run whose partition 0000 is already claimed with tokens[0].
+    let (run, tokens) = env.extracting("G", &[5]).await;
+    let token = tokens[0];
+    for (path, body) in [(
+        "chunks",
+        serde_json::json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 2,
+            "hdfsPath": format!("/data/JOB/run_id={run}/p/0.parquet"), "recordCount": 1}),
+    )] {
+        let r = http
+            .post(format!("{base}/v1/runs/{run}/partitions/0000/{path}"))
+            .bearer_auth(NIFI)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            r.status().as_u16(),
+            200,
+            "{path}: {}",
+            r.text().await.unwrap()
+        );
+    }
+    let api_text = http
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // The operator's, with one observation of each family, as a leading operator makes them.
+    let m = lcoperator::metrics::Metrics::default();
+    m.dispatch("VALIDATE_RUN", "sent");
+    m.sweeper_actions("reissue_partition", 1);
+    m.gauges(&[("DEAD".into(), 0)], &[("PUBLISH_UNKNOWN".into(), 0)]);
+    m.leading(true);
+    let operator_text = m.render();
+    let mut have = exposed(&api_text);
+    have.extend(exposed(&operator_text));
+    let missing: Vec<_> = queried.iter().filter(|m| !have.contains(*m)).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics nobody exposes: {missing:?}\nexposed: {have:?}"
+    );
+    assert!(queried.len() >= 8, "{queried:?}");
+}
