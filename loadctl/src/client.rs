@@ -73,6 +73,8 @@ impl std::fmt::Display for Failure {
 pub struct Api {
     http: reqwest::Client,
     base: String,
+    /// monitor.refresh_seconds (the dashboard's default refresh).
+    pub refresh_seconds: f64,
     token: Option<String>,
     operator_token: Option<String>,
 }
@@ -123,6 +125,7 @@ impl Api {
         Ok(Api {
             http,
             base: base.trim_end_matches('/').to_string(),
+            refresh_seconds: monitor.refresh_seconds,
             token,
             operator_token,
         })
@@ -165,6 +168,10 @@ impl Api {
             },
             _ => Failure::Unavailable(format!("{} answered {status} {code}: {message}", self.base)),
         })
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
     }
 
     pub async fn get(&self, path: &str, query: &[(&str, String)]) -> Result<Value, Failure> {

@@ -7,11 +7,9 @@
 //! * 3 — the API refused the request (a 4xx other than 401/403: its code is printed);
 //! * 4 — not authenticated or not allowed (401/403);
 //! * 5 — the API could not be reached, or failed (transport error, 5xx).
-mod client;
-mod render;
-
 use clap::{Parser, Subcommand, ValueEnum};
-use client::{Api, Failure};
+use loadctl::client::{Api, Failure};
+use loadctl::render;
 use serde_json::json;
 use std::process::ExitCode;
 
@@ -95,6 +93,12 @@ enum Command {
     },
     /// The monitor summary: active runs, dispatch backlog, alerts.
     Summary,
+    /// A live terminal dashboard: counts, dispatch backlog, alerts, recent runs; Enter opens a run.
+    Dashboard {
+        /// Seconds between refreshes (monitor.refresh_seconds by default).
+        #[arg(long, value_name = "SECONDS")]
+        refresh: Option<f64>,
+    },
     /// Cleanup (runs past retention).
     Cleanup {
         #[command(subcommand)]
@@ -202,6 +206,14 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             out(&r, render::change)
         }
         Command::Summary => out(&api.get("/v1/monitor/summary", &[]).await?, render::summary),
+        Command::Dashboard { refresh } => {
+            let secs = refresh.unwrap_or(api.refresh_seconds).max(1.0);
+            let server = api.base().to_string();
+            loadctl::dashboard::run(api, &server, std::time::Duration::from_secs_f64(secs))
+                .await
+                .map_err(|e| Failure::Unavailable(format!("dashboard: {e}")))?;
+            String::new()
+        }
         Command::Cleanup {
             what: CleanupCommand::Candidates { job, limit },
         } => {

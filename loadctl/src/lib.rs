@@ -1,0 +1,4 @@
+//! loadctl's parts: the API client, the tables, and the live terminal dashboard.
+pub mod client;
+pub mod dashboard;
+pub mod render;
