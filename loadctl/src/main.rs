@@ -23,6 +23,9 @@ dispatches, cancel runs, read the monitor summary.\n\n\
 Where the API is: --server, else $LOADCTL_SERVER, else monitor.api_url of the configuration file (--config, \
 $LCA_CONFIG, ./config/config.yaml; optional), else http://127.0.0.1:8080. The token: --token, else \
 $LOADCTL_TOKEN, else monitor.token; actions use --operator-token / monitor.operator_token when set.\n\n\
+With --kube the commands runs, run, resolve and cancel work through Kubernetes instead: LoadRuns are read, \
+and actions are written on them (spec.resolution, spec.cancel) for the operator to carry out, so Kubernetes \
+RBAC and audit apply. Installed as `kubectl-loadctl` (the same binary), --kube is the default.\n\n\
 Exit codes: 0 done, 2 bad usage, 3 refused by the API (its code is printed), 4 not authenticated or not \
 allowed, 5 API unreachable or failing."
 )]
@@ -47,6 +50,16 @@ struct Cli {
     /// Output format.
     #[arg(short, long, global = true, value_enum, default_value_t = Output::Table)]
     output: Output,
+    /// Work through Kubernetes instead of the HTTP API: read LoadRuns, act through spec.cancel and
+    /// spec.resolution (Kubernetes RBAC and audit apply).
+    #[arg(long, global = true)]
+    kube: bool,
+    /// With --kube: the kubeconfig context (default: the current one).
+    #[arg(long, global = true, value_name = "CONTEXT")]
+    context: Option<String>,
+    /// With --kube: only this namespace (default: all namespaces).
+    #[arg(short = 'n', long, global = true)]
+    namespace: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -133,7 +146,122 @@ impl Outcome {
     }
 }
 
+async fn run_kube(cli: Cli, context: &str) -> Result<String, Failure> {
+    use loadctl::kube_mode::{Kube, runs_table};
+    let k = Kube::connect(context, cli.namespace.clone()).await?;
+    let json_out = cli.output == Output::Json;
+    Ok(match cli.command {
+        Command::Runs {
+            job,
+            status,
+            business_key,
+            limit,
+        } => {
+            let runs: Vec<_> = k
+                .runs()
+                .await?
+                .into_iter()
+                .filter(|r| job.as_ref().is_none_or(|j| &r.spec.job_key == j))
+                .filter(|r| {
+                    business_key
+                        .as_ref()
+                        .is_none_or(|b| &r.spec.business_key == b)
+                })
+                .filter(|r| {
+                    status
+                        .as_ref()
+                        .is_none_or(|s| r.status.as_ref().is_some_and(|st| &st.phase == s))
+                })
+                .take(limit as usize)
+                .collect();
+            if json_out {
+                pretty(&runs)
+            } else {
+                runs_table(&runs)
+            }
+        }
+        Command::Run { run_id } => {
+            let r = k.find(&run_id).await?;
+            if json_out { pretty(&r) } else { describe(&r) }
+        }
+        Command::Resolve {
+            run_id,
+            outcome,
+            reason,
+        } => {
+            let r = k
+                .request(
+                    &run_id,
+                    json!({"resolution": {"outcome": outcome.as_str(), "reason": reason}}),
+                )
+                .await?;
+            format!(
+                "requested on LoadRun {}/{}: the operator resolves it as {}",
+                r.metadata.namespace.unwrap_or_default(),
+                r.metadata.name.unwrap_or_default(),
+                outcome.as_str()
+            )
+        }
+        Command::Cancel { run_id, reason } => {
+            let r = k
+                .request(&run_id, json!({"cancel": {"reason": reason}}))
+                .await?;
+            format!(
+                "requested on LoadRun {}/{}: the operator cancels it",
+                r.metadata.namespace.unwrap_or_default(),
+                r.metadata.name.unwrap_or_default()
+            )
+        }
+        _ => {
+            return Err(Failure::Usage(
+                "with --kube only runs, run, resolve and cancel are available; use the HTTP API (--server) for the others".into(),
+            ));
+        }
+    })
+}
+
+fn pretty<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string_pretty(v).expect("JSON")
+}
+
+/// A LoadRun's spec and status, readable.
+fn describe(r: &crds::LoadRun) -> String {
+    let st = r.status.clone().unwrap_or_default();
+    let mut out = vec![
+        format!(
+            "LoadRun {}/{}",
+            r.metadata.namespace.clone().unwrap_or_default(),
+            r.metadata.name.clone().unwrap_or_default()
+        ),
+        format!(
+            "Run:         {}  {} / {}",
+            r.spec.run_id, r.spec.job_key, r.spec.business_key
+        ),
+        format!("Phase:       {}", st.phase),
+        format!("Partitions:  {}", st.partitions_summary),
+        format!(
+            "Rows:        source {:?}, extracted {}, staging {:?}, target {:?}",
+            st.counts.source, st.counts.extracted, st.counts.staging, st.counts.target
+        ),
+        format!(
+            "Dispatches:  pending {}, sent {}, dead {}",
+            st.dispatches.pending, st.dispatches.sent, st.dispatches.dead
+        ),
+    ];
+    for c in &st.conditions {
+        out.push(format!(
+            "Condition:   {}={} {}: {}",
+            c.type_, c.status, c.reason, c.message
+        ));
+    }
+    out.join("\n")
+}
+
 async fn run(cli: Cli) -> Result<String, Failure> {
+    if cli.kube {
+        let context = cli.context.clone().unwrap_or_default();
+        return run_kube(cli, &context).await;
+    }
     let api = Api::from_settings(
         cli.server.as_deref(),
         cli.token.as_deref(),
@@ -230,7 +358,20 @@ async fn run(cli: Cli) -> Result<String, Failure> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let cli = Cli::parse();
+    let mut cli = Cli::parse();
+    // Installed as the kubectl plugin `kubectl-loadctl`, it works through Kubernetes unless an
+    // API server is named.
+    let plugin = std::env::args_os()
+        .next()
+        .and_then(|a| {
+            std::path::Path::new(&a)
+                .file_name()
+                .map(|f| f == "kubectl-loadctl")
+        })
+        .unwrap_or(false);
+    if plugin && cli.server.is_none() {
+        cli.kube = true;
+    }
     match run(cli).await {
         Ok(text) => {
             println!("{text}");

@@ -2,7 +2,7 @@
 use serde_json::Value;
 
 /// Left-aligned columns, two spaces apart.
-fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
+pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
     for r in &rows {
         for (w, c) in widths.iter_mut().zip(r) {
