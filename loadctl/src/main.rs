@@ -128,6 +128,16 @@ enum CleanupCommand {
         #[arg(long, default_value_t = 50)]
         limit: u32,
     },
+    /// Record a cleanup done by hand (PG-70 could not): load-control deletes nothing itself.
+    Record {
+        run_id: String,
+        /// The stage table that was dropped.
+        #[arg(long)]
+        dropped_table: Option<String>,
+        /// The HDFS run directory that was deleted.
+        #[arg(long)]
+        deleted_path: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -341,6 +351,20 @@ async fn run(cli: Cli) -> Result<String, Failure> {
                 .await
                 .map_err(|e| Failure::Unavailable(format!("dashboard: {e}")))?;
             String::new()
+        }
+        Command::Cleanup {
+            what:
+                CleanupCommand::Record {
+                    run_id,
+                    dropped_table,
+                    deleted_path,
+                },
+        } => {
+            let body = json!({"droppedTable": dropped_table, "deletedPath": deleted_path});
+            let r = api
+                .act(&format!("/v1/runs/{run_id}/cleanup"), Some(body))
+                .await?;
+            out(&r, render::change)
         }
         Command::Cleanup {
             what: CleanupCommand::Candidates { job, limit },

@@ -105,6 +105,17 @@ async fn an_on_call_night_with_loadctl() {
     assert_eq!(code, 3, "{err}");
     assert!(err.contains("RUN_NOT_FOUND"), "{err}");
 
+    // A cleanup done by hand is recorded; one that is not due is refused with its code.
+    let (code, _, err) = api.loadctl(
+        OPS,
+        &["cleanup", "record", &unknown, "--dropped-table", "t_x"],
+    );
+    assert_eq!(code, 3, "{err}");
+    assert!(err.contains("CLEANUP_NOT_DUE"), "{err}");
+    let (code, out, _) = api.loadctl(OPS, &["cleanup", "candidates"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("RUN ID"), "{out}");
+
     // Nothing listening: exit 5.
     let out = Command::new(env!("CARGO_BIN_EXE_loadctl"))
         .args(["--server", "http://127.0.0.1:9", "summary"])
