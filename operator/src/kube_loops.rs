@@ -298,6 +298,9 @@ pub struct Context {
     pub wake_mirror: Arc<Notify>,
     /// The namespaces whose LoadJobs and LoadRuns this installation owns.
     pub scope: crate::scope::WatchScope,
+    pub metrics: Arc<crate::metrics::Metrics>,
+    /// Consecutive reconcile failures per LoadJob (namespace/name), for the error policy.
+    pub job_failures: std::sync::Mutex<HashMap<String, u32>>,
     /// Runs whose mirroring failed, and when to try each again.
     pub mirror_backoff: std::sync::Mutex<HashMap<uuid::Uuid, RetryAfter>>,
 }
@@ -338,6 +341,37 @@ pub enum LoopError {
     NotLeading(i64),
 }
 
+impl LoopError {
+    /// What kind of failure this is, for the error policy and the metrics: `invalid` (the object
+    /// or request cannot be applied as it is: wait for it to change), `conflict` (someone else
+    /// wrote first: retry soon), `not_leading` (this process was deposed), `transient` (the API
+    /// server or the database: back off).
+    pub fn class(&self) -> &'static str {
+        match self {
+            LoopError::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
+            LoopError::Kube(kube::Error::Api(e)) if e.code == 400 || e.code == 422 => "invalid",
+            LoopError::Ledger(ledger::LedgerError::Fenced { .. }) | LoopError::NotLeading(_) => {
+                "not_leading"
+            }
+            _ => "transient",
+        }
+    }
+}
+
+/// The error policy's delay for a class after the n-th consecutive failure (pure): conflicts
+/// retry at once, transient failures back off 1 s, 2 s, 4 s, … up to 5 minutes; None means wait
+/// for the object to change (invalid), or for leadership (not_leading).
+pub fn retry_delay(class: &str, failures: u32) -> Option<Duration> {
+    match class {
+        "invalid" | "not_leading" => None,
+        "conflict" => Some(Duration::from_millis(200)),
+        _ => Some(Duration::from_secs(
+            2u64.saturating_pow(failures.saturating_sub(1).min(9))
+                .min(300),
+        )),
+    }
+}
+
 fn source_of(job: &LoadJob) -> String {
     format!(
         "LoadJob/{}/{}",
@@ -347,15 +381,31 @@ fn source_of(job: &LoadJob) -> String {
 }
 
 async fn reconcile_job(job: Arc<LoadJob>, ctx: Arc<Context>) -> Result<Action, LoopError> {
+    let started = std::time::Instant::now();
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let result = reconcile_job_once(job, &ctx).await;
+    let outcome = match &result {
+        Ok(_) => {
+            ctx.job_failures.lock().expect("failures lock").remove(&key);
+            "ok"
+        }
+        Err(e) => e.class(),
+    };
+    ctx.metrics
+        .reconciled("loadjob", outcome, started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_job_once(job: Arc<LoadJob>, ctx: &Arc<Context>) -> Result<Action, LoopError> {
     let Some(fence) = ctx.fence.borrow().clone() else {
-        // Not the leader: writes nothing, looks again later.
-        return Ok(Action::requeue(Duration::from_secs(5)));
+        // Not the leader: writes nothing. Winning leadership reconciles every LoadJob again.
+        return Ok(Action::await_change());
     };
     let api: Api<LoadJob> =
         Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
     let result = finalizer(&api, FINALIZER, job, |event| async {
         match event {
-            Finalizer::Apply(job) => apply_job(&job, &ctx, &fence).await,
+            Finalizer::Apply(job) => apply_job(&job, ctx, &fence).await,
             Finalizer::Cleanup(job) => {
                 ctx.ledger.remove_job(&fence, &job.spec.job_key, &source_of(&job)).await?;
                 tracing::info!(event = "job_removed", job_key = %job.spec.job_key, "LoadJob deleted; its ledger row is marked removed");
@@ -458,9 +508,25 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
     Ok(Action::requeue(Duration::from_secs(30)))
 }
 
-fn error_policy(_job: Arc<LoadJob>, error: &LoopError, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(event = "loadjob_reconcile_error", error = %error, "LoadJob reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+fn error_policy(job: Arc<LoadJob>, error: &LoopError, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let failures = {
+        let mut f = ctx.job_failures.lock().expect("failures lock");
+        let n = f.entry(key.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let class = error.class();
+    match retry_delay(class, failures) {
+        Some(delay) => {
+            tracing::warn!(event = "loadjob_reconcile_error", loadjob = %key, class, failures, retry_in_ms = delay.as_millis() as u64, error = %error, "LoadJob reconcile failed; retrying");
+            Action::requeue(delay)
+        }
+        None => {
+            tracing::warn!(event = "loadjob_reconcile_error", loadjob = %key, class, error = %error, "LoadJob reconcile failed; waiting for a change");
+            Action::await_change()
+        }
+    }
 }
 
 /// Loop 1: the LoadJob controller, until `shutdown`.
@@ -476,6 +542,8 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             .with_config(
                 kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)),
             )
+            // A standby reconciles nothing; winning leadership reconciles every LoadJob at once.
+            .reconcile_all_on(leadership_won(ctx.fence.clone()))
             .graceful_shutdown_on(async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             })
@@ -483,6 +551,18 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             .for_each(|_| async {})
     });
     futures::future::join_all(controllers).await;
+}
+
+/// Emits once each time this process starts leading.
+fn leadership_won(fence: watch::Receiver<Option<Fence>>) -> impl futures::Stream<Item = ()> + Send {
+    futures::stream::unfold(fence, |mut rx| async move {
+        loop {
+            rx.changed().await.ok()?;
+            if rx.borrow_and_update().is_some() {
+                return Some(((), rx));
+            }
+        }
+    })
 }
 
 /// Loop 2: ledger → LoadRuns (LISTEN `load_run` + LoadRun watch + periodic resync), and LoadRun
@@ -558,7 +638,12 @@ async fn mirror_pass(ctx: &Context, fence: &Fence) -> Result<(), LoopError> {
         if due.is_some_and(|d| std::time::Instant::now() < d.next) {
             continue;
         }
-        match mirror_run(ctx, fence, &run, &mut owners).await {
+        let started = std::time::Instant::now();
+        let mirrored = mirror_run(ctx, fence, &run, &mut owners).await;
+        let outcome = mirrored.as_ref().map_or_else(LoopError::class, |_| "ok");
+        ctx.metrics
+            .reconciled("loadrun_mirror", outcome, started.elapsed().as_secs_f64());
+        match mirrored {
             Ok(()) => {
                 if due.is_some() {
                     ctx.mirror_backoff

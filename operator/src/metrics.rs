@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -22,6 +23,23 @@ struct RuleLabel {
     rule: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReconcileLabels {
+    controller: &'static str,
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabel {
+    controller: &'static str,
+}
+
+fn reconcile_histogram() -> Histogram {
+    Histogram::new([
+        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+    ])
+}
+
 pub struct Metrics {
     registry: Registry,
     dispatch: Family<DispatchLabels, Counter>,
@@ -29,6 +47,8 @@ pub struct Metrics {
     active_runs: Family<StatusLabel, Gauge>,
     sweeper_actions: Family<RuleLabel, Counter>,
     leader: Gauge,
+    reconciles: Family<ReconcileLabels, Counter>,
+    reconcile_seconds: Family<ControllerLabel, Histogram, fn() -> Histogram>,
 }
 
 impl Default for Metrics {
@@ -40,6 +60,10 @@ impl Default for Metrics {
             active_runs: Default::default(),
             sweeper_actions: Default::default(),
             leader: Default::default(),
+            reconciles: Default::default(),
+            reconcile_seconds: Family::new_with_constructor(
+                reconcile_histogram as fn() -> Histogram,
+            ),
             registry: Registry::default(),
         };
         registry.register(
@@ -63,6 +87,16 @@ impl Default for Metrics {
             m.sweeper_actions.clone(),
         );
         registry.register("lca_leader", "1 while this process leads", m.leader.clone());
+        registry.register(
+            "lca_reconcile",
+            "Kubernetes reconciles by controller (loadjob, loadrun_mirror) and result (ok, or the error class: invalid, conflict, transient, not_leading)",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "lca_reconcile_seconds",
+            "Duration of Kubernetes reconciles by controller",
+            m.reconcile_seconds.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -83,6 +117,16 @@ impl Metrics {
                 rule: rule.to_string(),
             })
             .inc_by(n);
+    }
+
+    /// One reconcile of `controller` that ended with `result` after `seconds`.
+    pub fn reconciled(&self, controller: &'static str, result: &'static str, seconds: f64) {
+        self.reconciles
+            .get_or_create(&ReconcileLabels { controller, result })
+            .inc();
+        self.reconcile_seconds
+            .get_or_create(&ControllerLabel { controller })
+            .observe(seconds);
     }
 
     pub fn leading(&self, yes: bool) {

@@ -101,6 +101,8 @@ impl Operator {
             lease: config.dispatch.lease.0,
             wake_mirror: Arc::new(Notify::new()),
             mirror_backoff: Default::default(),
+            metrics: op.metrics.clone(),
+            job_failures: Default::default(),
             scope,
         });
         let listen = config

@@ -192,6 +192,13 @@ async fn loadjobs_write_the_ledger_report_conditions_and_suspend_creates() {
         row.1,
         json!({"recovery": {"mode": "REISSUE", "stale": "2h"}, "cleanup": {"failed_retention": "P30D"}})
     );
+    // Reconciles are counted by controller and result, with their duration.
+    let metrics = op.metrics.render();
+    assert!(
+        metrics.contains(r#"lca_reconcile_total{controller="loadjob",result="ok"}"#)
+            && metrics.contains("lca_reconcile_seconds_bucket"),
+        "{metrics}"
+    );
     assert_eq!(
         (row.0, row.2.as_str(), row.3),
         (false, format!("LoadJob/{}/insp", c.ns).as_str(), false)
