@@ -25,7 +25,15 @@ pub fn table(headers: &[&str], rows: Vec<Vec<String>>) -> String {
     out.join("\n")
 }
 
-fn s(v: &Value) -> String {
+/// One table row per element of a JSON array (none when it is not an array).
+pub fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> {
+    v.as_array()
+        .map(|a| a.iter().map(row).collect())
+        .unwrap_or_default()
+}
+
+/// A cell: strings as they are, `-` for null or empty, other values as JSON.
+pub fn s(v: &Value) -> String {
     match v {
         Value::Null => "-".into(),
         Value::String(s) if s.is_empty() => "-".into(),
@@ -43,29 +51,22 @@ fn time(v: &Value) -> String {
 }
 
 pub fn runs(v: &Value) -> String {
-    let rows = v
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| {
-                    vec![
-                        s(&r["runId"]),
-                        s(&r["jobKey"]),
-                        s(&r["businessKey"]),
-                        s(&r["status"]),
-                        format!(
-                            "{}/{}",
-                            s(&r["successPartitionCount"]),
-                            s(&r["expectedPartitionCount"])
-                        ),
-                        format!("{}/{}", s(&r["extractedCount"]), s(&r["sourceCount"])),
-                        time(&r["startedAt"]),
-                        s(&r["errorCode"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let rows = rows(v, |r| {
+        vec![
+            s(&r["runId"]),
+            s(&r["jobKey"]),
+            s(&r["businessKey"]),
+            s(&r["status"]),
+            format!(
+                "{}/{}",
+                s(&r["successPartitionCount"]),
+                s(&r["expectedPartitionCount"])
+            ),
+            format!("{}/{}", s(&r["extractedCount"]), s(&r["sourceCount"])),
+            time(&r["startedAt"]),
+            s(&r["errorCode"]),
+        ]
+    });
     table(
         &[
             "RUN ID",
@@ -124,24 +125,17 @@ pub fn run(v: &Value) -> String {
             s(&r["errorMessage"])
         ));
     }
-    let parts: Vec<Vec<String>> = r["partitions"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|p| {
-                    vec![
-                        s(&p["partitionId"]),
-                        s(&p["status"]),
-                        format!("{}/{}", s(&p["actualRowCount"]), s(&p["expectedRowCount"])),
-                        s(&p["fileCount"]),
-                        s(&p["attemptCount"]),
-                        s(&p["workerNode"]),
-                        s(&p["errorCode"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let parts: Vec<Vec<String>> = rows(&r["partitions"], |p| {
+        vec![
+            s(&p["partitionId"]),
+            s(&p["status"]),
+            format!("{}/{}", s(&p["actualRowCount"]), s(&p["expectedRowCount"])),
+            s(&p["fileCount"]),
+            s(&p["attemptCount"]),
+            s(&p["workerNode"]),
+            s(&p["errorCode"]),
+        ]
+    });
     out.push(String::new());
     out.push(table(
         &[
@@ -155,24 +149,17 @@ pub fn run(v: &Value) -> String {
         ],
         parts,
     ));
-    let dispatches: Vec<Vec<String>> = r["dispatches"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|d| {
-                    vec![
-                        s(&d["dispatchId"]),
-                        s(&d["dispatchType"]),
-                        s(&d["partitionId"]),
-                        s(&d["status"]),
-                        s(&d["attemptCount"]),
-                        time(&d["sentAt"]),
-                        time(&d["ackedAt"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let dispatches: Vec<Vec<String>> = rows(&r["dispatches"], |d| {
+        vec![
+            s(&d["dispatchId"]),
+            s(&d["dispatchType"]),
+            s(&d["partitionId"]),
+            s(&d["status"]),
+            s(&d["attemptCount"]),
+            time(&d["sentAt"]),
+            time(&d["ackedAt"]),
+        ]
+    });
     out.push(String::new());
     out.push(table(
         &[
@@ -186,44 +173,30 @@ pub fn run(v: &Value) -> String {
         ],
         dispatches,
     ));
-    let metrics: Vec<Vec<String>> = v["validations"]["metrics"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|m| {
-                    vec![
-                        s(&m["stage"]),
-                        s(&m["metricName"]),
-                        s(&m["expectedValue"]),
-                        s(&m["actualValue"]),
-                        s(&m["result"]),
-                        s(&m["queryVersion"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let metrics: Vec<Vec<String>> = rows(&v["validations"]["metrics"], |m| {
+        vec![
+            s(&m["stage"]),
+            s(&m["metricName"]),
+            s(&m["expectedValue"]),
+            s(&m["actualValue"]),
+            s(&m["result"]),
+            s(&m["queryVersion"]),
+        ]
+    });
     out.push(String::new());
     out.push(table(
         &["STAGE", "METRIC", "EXPECTED", "ACTUAL", "RESULT", "VERSION"],
         metrics,
     ));
-    let events: Vec<Vec<String>> = v["events"]["events"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|e| {
-                    vec![
-                        time(&e["eventTime"]),
-                        s(&e["level"]),
-                        s(&e["name"]),
-                        s(&e["partitionId"]),
-                        s(&e["message"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let events: Vec<Vec<String>> = rows(&v["events"]["events"], |e| {
+        vec![
+            time(&e["eventTime"]),
+            s(&e["level"]),
+            s(&e["name"]),
+            s(&e["partitionId"]),
+            s(&e["message"]),
+        ]
+    });
     out.push(String::new());
     out.push(table(
         &["TIME", "LEVEL", "EVENT", "PARTITION", "MESSAGE"],
@@ -276,25 +249,18 @@ pub fn summary(v: &Value) -> String {
         format!("Cleanup due:  {}", s(&v["cleanupDue"])),
         String::new(),
     ];
-    let alerts: Vec<Vec<String>> = v["alerts"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|x| {
-                    vec![
-                        s(&x["severity"]),
-                        s(&x["kind"]),
-                        s(&x["runId"]),
-                        s(&x["jobKey"]),
-                        s(&x["businessKey"]),
-                        s(&x["status"]),
-                        time(&x["at"]),
-                        s(&x["message"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let alerts: Vec<Vec<String>> = rows(&v["alerts"], |x| {
+        vec![
+            s(&x["severity"]),
+            s(&x["kind"]),
+            s(&x["runId"]),
+            s(&x["jobKey"]),
+            s(&x["businessKey"]),
+            s(&x["status"]),
+            time(&x["at"]),
+            s(&x["message"]),
+        ]
+    });
     if alerts.is_empty() {
         out.push("No alerts.".into());
     } else {
@@ -316,24 +282,17 @@ pub fn summary(v: &Value) -> String {
 }
 
 pub fn candidates(v: &Value) -> String {
-    let rows = v["runs"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .map(|r| {
-                    vec![
-                        s(&r["runId"]),
-                        s(&r["jobKey"]),
-                        s(&r["businessKey"]),
-                        s(&r["status"]),
-                        time(&r["completedAt"]),
-                        s(&r["hdfsRunPath"]),
-                        s(&r["stageTable"]),
-                    ]
-                })
-                .collect()
-        })
-        .unwrap_or_default();
+    let rows = rows(&v["runs"], |r| {
+        vec![
+            s(&r["runId"]),
+            s(&r["jobKey"]),
+            s(&r["businessKey"]),
+            s(&r["status"]),
+            time(&r["completedAt"]),
+            s(&r["hdfsRunPath"]),
+            s(&r["stageTable"]),
+        ]
+    });
     table(
         &[
             "RUN ID",

@@ -1,6 +1,7 @@
 //! Drawing the dashboard (fits 80×24): the overview (counts, dispatch backlog, alerts, recent
 //! runs), a run's detail with tabs, and the confirmation dialogs.
 use super::app::{App, Dialog, Focus, Intent, OUTCOMES, Screen, TABS};
+use crate::render::s;
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -9,15 +10,6 @@ use ratatui::widgets::{
     Block, Borders, Cell, Clear, Paragraph, Row, Table, TableState, Tabs, Wrap,
 };
 use serde_json::Value;
-
-fn s(v: &Value) -> String {
-    match v {
-        Value::Null => "-".into(),
-        Value::String(x) if x.is_empty() => "-".into(),
-        Value::String(x) => x.clone(),
-        other => other.to_string(),
-    }
-}
 
 fn time(v: &Value) -> String {
     match v.as_str() {
