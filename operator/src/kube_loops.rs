@@ -499,8 +499,11 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
     if job.status.as_ref() != Some(&status) {
         api.patch_status(
             &job.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({"status": status})),
+            &status_apply_params(),
+            &Patch::Apply(json!({
+                "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadJob",
+                "metadata": {"name": job.name_any()}, "status": status,
+            })),
         )
         .await?;
     }
@@ -551,6 +554,15 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             .for_each(|_| async {})
     });
     futures::future::join_all(controllers).await;
+}
+
+/// The field manager that owns the status this operator writes.
+pub const FIELD_MANAGER: &str = "load-control-operator";
+
+/// Status is written by server-side apply under [`FIELD_MANAGER`]; forced, because the status of
+/// our objects is ours alone (a previous writer's fields are taken over, not fought over).
+fn status_apply_params() -> PatchParams {
+    PatchParams::apply(FIELD_MANAGER).force()
 }
 
 /// Emits once each time this process starts leading.
@@ -762,8 +774,11 @@ async fn mirror_run(
     }
     api.patch_status(
         &name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"status": status})),
+        &status_apply_params(),
+        &Patch::Apply(json!({
+            "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+            "metadata": {"name": name}, "status": status,
+        })),
     )
     .await?;
     Ok(())

@@ -285,6 +285,26 @@ async fn loadruns_follow_the_ledger_and_carry_operator_requests() {
         lr.metadata.owner_references.as_ref().unwrap()[0].kind,
         "LoadJob"
     );
+    // Status is written by server-side apply under the operator's own field manager.
+    let managers: Vec<(String, String)> = lr
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .map(|m| {
+            (
+                m.manager.clone().unwrap_or_default(),
+                m.operation.clone().unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        managers.contains(&(
+            lcoperator::kube_loops::FIELD_MANAGER.to_string(),
+            "Apply".to_string()
+        )),
+        "{managers:?}"
+    );
     let manifest = json!({"snapshotScn": "42", "sourceCount": 5, "plannedPartitionCount": 1,
         "partitions": [{"partitionId": "0000", "lowerBound": "0", "upperBound": "9", "upperInclusive": true, "expectedRowCount": 5}]});
     c.post(&format!("/v1/runs/{run}/manifest"), manifest).await;
