@@ -255,6 +255,43 @@ pub fn run_status(run: &MirroredRun, previous: Option<&LoadRunStatus>) -> LoadRu
     }
 }
 
+/// Why the ledger would refuse (or did not carry out) the request written on a LoadRun, if it
+/// would (pure). A cancel is refused once the run is past STAGING_VALIDATED or ended otherwise; a
+/// resolution needs PUBLISH_UNKNOWN, and is taken as carried out once the run is where its
+/// outcome leads.
+pub fn request_refusal(spec: &crds::LoadRunSpec, phase: Option<RunStatus>) -> Option<String> {
+    let phase = phase?;
+    if spec.cancel.is_some()
+        && phase != RunStatus::Cancelled
+        && !ledger::ops::operator::cancellable(phase)
+    {
+        let why = match phase {
+            RunStatus::Publishing | RunStatus::Published | RunStatus::PublishUnknown => {
+                ": an INSERT OVERWRITE may have happened (resolve a PUBLISH_UNKNOWN run instead)"
+            }
+            _ => ": it has ended",
+        };
+        return Some(format!(
+            "spec.cancel refused (RUN_STATUS_MISMATCH): the run is {phase}{why}"
+        ));
+    }
+    if let Some(res) = &spec.resolution {
+        let carried_out = match res.outcome {
+            ResolutionOutcome::Published => matches!(
+                phase,
+                RunStatus::Published | RunStatus::Success | RunStatus::FailedTargetValidation
+            ),
+            ResolutionOutcome::FailedPublish => phase == RunStatus::FailedPublish,
+        };
+        if phase != RunStatus::PublishUnknown && !carried_out {
+            return Some(format!(
+                "spec.resolution refused (RUN_STATUS_MISMATCH): the run is {phase}, not PUBLISH_UNKNOWN"
+            ));
+        }
+    }
+    None
+}
+
 /// The Kubernetes Event worth a human's attention when a run enters `phase`, if any.
 pub fn phase_event(
     previous: Option<&str>,
@@ -748,11 +785,41 @@ async fn mirror_run(
         return Ok(());
     }
     let previous = existing.status.as_ref();
-    let status = run_status(run, previous);
+    let mut status = run_status(run, previous);
+    let refusal = request_refusal(&existing.spec, RunStatus::parse(&run.status));
+    let newly_refused = refusal.is_some()
+        && !previous.is_some_and(|p| {
+            p.conditions
+                .iter()
+                .any(|c| c.type_ == "RequestRefused" && c.status == "True")
+        });
+    set_condition(
+        &mut status.conditions,
+        "RequestRefused",
+        refusal.is_some(),
+        if refusal.is_some() {
+            "RUN_STATUS_MISMATCH"
+        } else {
+            "NoRefusal"
+        },
+        refusal.as_deref().unwrap_or(""),
+        None,
+    );
     if previous == Some(&status) {
         return Ok(());
     }
     ctx.still_leads(fence)?;
+    if newly_refused && let Some(why) = &refusal {
+        publish(
+            ctx,
+            &existing,
+            EventType::Warning,
+            "RequestRefused",
+            why.clone(),
+            "Request",
+        )
+        .await;
+    }
     if let Some((type_, reason, note)) = phase_event(previous.map(|p| p.phase.as_str()), run) {
         publish(ctx, &existing, type_, reason, note, "Mirror").await;
     }
@@ -888,6 +955,69 @@ pub fn recorder(client: Client, identity: &str) -> Recorder {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn requests_the_ledger_would_refuse_are_named() {
+        use crds::{CancelRequest, LoadRunSpec, ResolutionRequest};
+        let spec = |cancel: bool, resolution: Option<ResolutionOutcome>| LoadRunSpec {
+            job_key: "J".into(),
+            business_key: "b".into(),
+            run_id: "r".into(),
+            cancel: cancel.then(|| CancelRequest {
+                reason: "wrong date".into(),
+            }),
+            resolution: resolution.map(|outcome| ResolutionRequest {
+                outcome,
+                reason: "checked".into(),
+            }),
+        };
+        let cancel = spec(true, None);
+        assert_eq!(request_refusal(&cancel, Some(RunStatus::Extracting)), None);
+        assert_eq!(request_refusal(&cancel, Some(RunStatus::Cancelled)), None);
+        assert!(
+            request_refusal(&cancel, Some(RunStatus::Publishing))
+                .unwrap()
+                .contains("INSERT OVERWRITE")
+        );
+        assert!(
+            request_refusal(&cancel, Some(RunStatus::Success))
+                .unwrap()
+                .contains("RUN_STATUS_MISMATCH")
+        );
+        let publish = spec(false, Some(ResolutionOutcome::Published));
+        assert_eq!(
+            request_refusal(&publish, Some(RunStatus::PublishUnknown)),
+            None
+        );
+        assert_eq!(
+            request_refusal(&publish, Some(RunStatus::Success)),
+            None,
+            "carried out"
+        );
+        assert!(request_refusal(&publish, Some(RunStatus::Extracting)).is_some());
+        let failed = spec(false, Some(ResolutionOutcome::FailedPublish));
+        assert_eq!(
+            request_refusal(&failed, Some(RunStatus::FailedPublish)),
+            None
+        );
+        assert!(request_refusal(&failed, Some(RunStatus::Success)).is_some());
+        assert_eq!(
+            request_refusal(&spec(false, None), Some(RunStatus::Success)),
+            None
+        );
+    }
+
+    #[test]
+    fn the_error_policy_follows_the_class() {
+        assert_eq!(retry_delay("invalid", 3), None);
+        assert_eq!(retry_delay("not_leading", 1), None);
+        assert_eq!(retry_delay("conflict", 5), Some(Duration::from_millis(200)));
+        let transient: Vec<u64> = (1..=12)
+            .map(|n| retry_delay("transient", n).unwrap().as_secs())
+            .collect();
+        assert_eq!(&transient[..4], &[1, 2, 4, 8]);
+        assert_eq!(*transient.last().unwrap(), 300);
+    }
 
     #[test]
     fn a_failing_run_backs_off_exponentially_up_to_five_minutes() {

@@ -972,3 +972,50 @@ async fn the_binary_says_when_the_crds_are_missing() {
         "{stderr}"
     );
 }
+
+/// A request the ledger refuses is not silently ignored: the LoadRun shows RequestRefused with the
+/// ledger's code, and a Warning Event says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_refused_request_shows_as_a_condition() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: refused}\nspec: {jobKey: REFUSED}\n");
+    eventually("load_job row", Duration::from_secs(20), || {
+        c.job_row("REFUSED")
+    })
+    .await;
+    let (_, created) = c
+        .post(
+            "/v1/runs",
+            json!({"jobKey": "REFUSED", "businessKey": "b1", "hdfsRoot": "/data", "stageTablePrefix": "t_"}),
+        )
+        .await;
+    let run: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+    let lr = c.wait_phase(run, "CREATED").await;
+    let name = lr.metadata.name.clone().unwrap();
+    let api: Api<LoadRun> = Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    api.patch(
+        &name,
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"resolution": {"outcome": "PUBLISHED", "reason": "not even published"}}})),
+    )
+    .await
+    .unwrap();
+    let refused = eventually("RequestRefused=True", Duration::from_secs(20), || async {
+        let lr = api.get(&name).await.ok()?;
+        lr.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == "RequestRefused" && c.status == "True")
+    })
+    .await;
+    assert_eq!(refused.reason, "RUN_STATUS_MISMATCH");
+    assert!(
+        refused.message.contains("not PUBLISH_UNKNOWN"),
+        "{}",
+        refused.message
+    );
+}
