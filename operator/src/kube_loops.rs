@@ -255,6 +255,52 @@ pub fn run_status(run: &MirroredRun, previous: Option<&LoadRunStatus>) -> LoadRu
     }
 }
 
+/// Whether a LoadRun is past retention: its run ended (completedAt set) longer than `retention`
+/// before `now` (pure). Active runs, PUBLISH_UNKNOWN included, are never past retention.
+pub fn past_retention(
+    status: Option<&LoadRunStatus>,
+    now: chrono::DateTime<chrono::Utc>,
+    retention: Duration,
+) -> bool {
+    let Some(done) = status.and_then(|s| s.completed_at.as_deref()) else {
+        return false;
+    };
+    let Ok(done) = chrono::DateTime::parse_from_rfc3339(done) else {
+        return false;
+    };
+    chrono::Duration::from_std(retention).is_ok_and(|r| done.with_timezone(&chrono::Utc) + r < now)
+}
+
+/// Deletes the LoadRuns past retention in the watched namespaces; how many.
+async fn prune_loadruns(ctx: &Context, fence: &Fence) -> Result<usize, LoopError> {
+    let now = chrono::Utc::now();
+    let mut deleted = 0;
+    for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
+        for lr in api.list(&Default::default()).await?.items {
+            if !past_retention(lr.status.as_ref(), now, ctx.loadrun_retention) {
+                continue;
+            }
+            ctx.still_leads(fence)?;
+            let ns: Api<LoadRun> =
+                Api::namespaced(ctx.client.clone(), &lr.namespace().unwrap_or_default());
+            match ns.delete(&lr.name_any(), &Default::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(
+            event = "loadruns_pruned",
+            deleted,
+            retention_s = ctx.loadrun_retention.as_secs(),
+            "finished LoadRuns past retention deleted; the ledger keeps the runs"
+        );
+    }
+    Ok(deleted)
+}
+
 /// Why the ledger would refuse (or did not carry out) the request written on a LoadRun, if it
 /// would (pure). A cancel is refused once the run is past STAGING_VALIDATED or ended otherwise; a
 /// resolution needs PUBLISH_UNKNOWN, and is taken as carried out once the run is where its
@@ -335,6 +381,8 @@ pub struct Context {
     pub wake_mirror: Arc<Notify>,
     /// The namespaces whose LoadJobs and LoadRuns this installation owns.
     pub scope: crate::scope::WatchScope,
+    /// Finished LoadRuns older than this are deleted (etcd does not grow without limit).
+    pub loadrun_retention: Duration,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Consecutive reconcile failures per LoadJob (namespace/name), for the error policy.
     pub job_failures: std::sync::Mutex<HashMap<String, u32>>,
@@ -641,6 +689,17 @@ pub async fn run_mirror(
             }
         });
     }
+    {
+        // Winning leadership is a reason to look at once (mirror and retention).
+        let (wake, mut fence) = (wake.clone(), ctx.fence.clone());
+        wakers.spawn(async move {
+            while fence.changed().await.is_ok() {
+                if fence.borrow_and_update().is_some() {
+                    wake.notify_one();
+                }
+            }
+        });
+    }
     for runs in ctx.scope.apis::<LoadRun>(&ctx.client) {
         let wake = wake.clone();
         wakers.spawn(async move {
@@ -659,17 +718,25 @@ pub async fn run_mirror(
         });
     }
     let mut tick = tokio::time::interval(resync);
+    let mut pruned_under: Option<i64> = None;
     loop {
-        tokio::select! {
+        let periodic = tokio::select! {
             _ = shutdown.changed() => break,
-            _ = tick.tick() => {}
-            _ = wake.notified() => {}
-        }
+            _ = tick.tick() => true,
+            _ = wake.notified() => false,
+        };
         let current = ctx.fence.borrow().clone();
-        if let Some(fence) = current
-            && let Err(e) = mirror_pass(&ctx, &fence).await
-        {
+        let Some(fence) = current else { continue };
+        if let Err(e) = mirror_pass(&ctx, &fence).await {
             tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns failed; retrying");
+        }
+        // Retention is no hurry: on the periodic resync and once when leadership is won, not on
+        // every wake-up.
+        if periodic || pruned_under != Some(fence.epoch) {
+            pruned_under = Some(fence.epoch);
+            if let Err(e) = prune_loadruns(&ctx, &fence).await {
+                tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
+            }
         }
     }
     wakers.abort_all();
@@ -1005,6 +1072,25 @@ mod tests {
             request_refusal(&spec(false, None), Some(RunStatus::Success)),
             None
         );
+    }
+
+    #[test]
+    fn only_loadruns_of_runs_ended_long_ago_are_past_retention() {
+        let now = chrono::Utc::now();
+        let week = Duration::from_secs(7 * 86400);
+        let ended = |days: i64| LoadRunStatus {
+            completed_at: Some(ledger::json::format_ts(
+                &(now - chrono::Duration::days(days)),
+            )),
+            ..Default::default()
+        };
+        assert!(past_retention(Some(&ended(8)), now, week));
+        assert!(!past_retention(Some(&ended(6)), now, week));
+        assert!(
+            !past_retention(Some(&LoadRunStatus::default()), now, week),
+            "still active"
+        );
+        assert!(!past_retention(None, now, week));
     }
 
     #[test]

@@ -40,6 +40,10 @@ struct Cli {
         value_delimiter = ','
     )]
     watch_namespaces: Vec<String>,
+    /// Delete LoadRuns whose run ended longer ago than this (Kubernetes mode; the ledger keeps the
+    /// runs). Durations as in the configuration: 7d, 36h, P14D, seconds.
+    #[arg(long, env = "LOADRUN_RETENTION", default_value = "7d", value_parser = parse_retention)]
+    loadrun_retention: std::time::Duration,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -54,6 +58,11 @@ enum Command {
         #[arg(long, value_name = "NAME")]
         stop_deployment: Option<String>,
     },
+}
+
+fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
+    ledger::settings::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (7d, 36h, P14D, or seconds)"))
 }
 
 async fn release_finalizers(
@@ -124,7 +133,10 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             client,
             &cli.namespace,
             &identity,
-            scope,
+            lcoperator::process::KubeOptions {
+                scope,
+                loadrun_retention: cli.loadrun_retention,
+            },
         )?
     };
     if let Some(port) = config.worker.metrics_port {

@@ -15,6 +15,23 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
+/// How the Kubernetes loops are scoped and how long they keep finished LoadRuns.
+#[derive(Debug, Clone)]
+pub struct KubeOptions {
+    pub scope: crate::scope::WatchScope,
+    /// A LoadRun whose run ended longer ago than this is deleted (the ledger keeps the run).
+    pub loadrun_retention: Duration,
+}
+
+impl Default for KubeOptions {
+    fn default() -> KubeOptions {
+        KubeOptions {
+            scope: Default::default(),
+            loadrun_retention: Duration::from_secs(7 * 86400),
+        }
+    }
+}
+
 /// A running operator process.
 pub struct Operator {
     pub metrics: Arc<Metrics>,
@@ -84,7 +101,7 @@ impl Operator {
         client: kube::Client,
         namespace: &str,
         identity: &str,
-        scope: crate::scope::WatchScope,
+        options: KubeOptions,
     ) -> anyhow::Result<Operator> {
         let leadership = crate::lease::KubeLeaseLeadership::new(
             client.clone(),
@@ -103,7 +120,8 @@ impl Operator {
             mirror_backoff: Default::default(),
             metrics: op.metrics.clone(),
             job_failures: Default::default(),
-            scope,
+            scope: options.scope,
+            loadrun_retention: options.loadrun_retention,
         });
         let listen = config
             .database

@@ -6,7 +6,7 @@ use crds::{LoadJob, LoadRun};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams};
 use kubetest::ControlPlane;
-use lcoperator::process::Operator;
+use lcoperator::process::{KubeOptions, Operator};
 use lcoperator::scope::WatchScope;
 use serde_json::{Value, json};
 use std::future::Future;
@@ -124,7 +124,10 @@ impl Cluster {
             self.cp.client().await.unwrap(),
             &self.ns,
             identity,
-            WatchScope::Namespaces(vec![self.ns.clone()]),
+            KubeOptions {
+                scope: WatchScope::Namespaces(vec![self.ns.clone()]),
+                ..Default::default()
+            },
         )
         .unwrap()
     }
@@ -603,7 +606,7 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
         sa.clone(),
         &c.ns,
         "as-sa",
-        WatchScope::Cluster,
+        KubeOptions::default(),
     )
     .unwrap();
     op.wait_leading(Duration::from_secs(20))
@@ -1018,4 +1021,49 @@ async fn a_refused_request_shows_as_a_condition() {
         "{}",
         refused.message
     );
+}
+
+/// LoadRuns of runs that ended longer ago than the retention are deleted (etcd does not grow
+/// without limit); recent and active ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn loadruns_past_retention_are_deleted() {
+    let c = cluster().await;
+    let api: Api<LoadRun> = Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    for (name, days_ago) in [
+        ("old-run", Some(30)),
+        ("recent-run", Some(1)),
+        ("active-run", None),
+    ] {
+        let mut lr = LoadRun::new(
+            name,
+            crds::LoadRunSpec {
+                job_key: "RET".into(),
+                business_key: name.into(),
+                run_id: Uuid::new_v4().to_string(),
+                cancel: None,
+                resolution: None,
+            },
+        );
+        lr.metadata.namespace = Some(c.ns.clone());
+        api.create(&Default::default(), &lr).await.unwrap();
+        let completed = days_ago
+            .map(|d| ledger::json::format_ts(&(chrono::Utc::now() - chrono::Duration::days(d))));
+        api.patch_status(
+            name,
+            &Default::default(),
+            &kube::api::Patch::Merge(json!({"status": {"phase": if completed.is_some() { "SUCCESS" } else { "EXTRACTING" }, "completedAt": completed}})),
+        )
+        .await
+        .unwrap();
+    }
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    eventually("old-run deleted", Duration::from_secs(20), || async {
+        api.get_opt("old-run").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    assert!(api.get_opt("recent-run").await.unwrap().is_some());
+    assert!(api.get_opt("active-run").await.unwrap().is_some());
 }

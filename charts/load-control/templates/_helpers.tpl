@@ -55,6 +55,8 @@ app.kubernetes.io/component: server
   valueFrom: {fieldRef: {fieldPath: metadata.namespace}}
 - name: WATCH_NAMESPACES
   value: {{ join "," .Values.watchNamespaces | quote }}
+- name: LOADRUN_RETENTION
+  value: {{ .Values.operator.loadRunRetention | quote }}
 {{- end -}}
 
 {{- define "load-control.securityContext" -}}
