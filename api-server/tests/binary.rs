@@ -122,24 +122,7 @@ async fn migrate_twice_at_once_then_serve() {
             .success()
     );
 
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let mut server = Command::new(BIN)
-        .args([
-            "--config",
-            path.to_str().unwrap(),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .env("LCA_SERVER__TIMEOUT_GRACEFUL_SHUTDOWN", "2")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut server, port) = serve(&path, &[], Stdio::null);
     testkit::install_crypto();
     let client = reqwest::Client::new();
     let url = format!("http://127.0.0.1:{port}/readyz");
@@ -165,6 +148,35 @@ async fn migrate_twice_at_once_then_serve() {
     assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
 }
 
+/// `load-control-api serve` on a free 127.0.0.1 port (graceful shutdown within 2 s); the port.
+fn serve(
+    config: &std::path::Path,
+    extra_env: &[(&str, &str)],
+    output: fn() -> Stdio,
+) -> (std::process::Child, u16) {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let child = Command::new(BIN)
+        .args([
+            "--config",
+            config.to_str().unwrap(),
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            &port.to_string(),
+        ])
+        .env("LCA_SERVER__TIMEOUT_GRACEFUL_SHUTDOWN", "2")
+        .envs(extra_env.iter().copied())
+        .stdout(output())
+        .stderr(output())
+        .spawn()
+        .unwrap();
+    (child, port)
+}
+
 fn send_sigterm(pid: u32) {
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -187,26 +199,7 @@ async fn tokens_never_appear_in_the_logs() {
             db.url
         ),
     );
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let server = Command::new(BIN)
-        .args([
-            "--config",
-            path.to_str().unwrap(),
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-        ])
-        .env("LCA_SERVER__TIMEOUT_GRACEFUL_SHUTDOWN", "2")
-        .env("RUST_LOG", "trace")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let (server, port) = serve(&path, &[("RUST_LOG", "trace")], Stdio::piped);
     testkit::install_crypto();
     let client = reqwest::Client::new();
     let base = format!("http://127.0.0.1:{port}");

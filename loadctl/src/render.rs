@@ -32,6 +32,19 @@ pub fn rows(v: &Value, row: impl Fn(&Value) -> Vec<String>) -> Vec<Vec<String>> 
         .unwrap_or_default()
 }
 
+/// `{"SUCCESS": 3, "FAILED_EXTRACT": 1}` as `SUCCESS 3<sep>FAILED_EXTRACT 1`, or `none`.
+pub fn counts(m: &Value, sep: &str) -> String {
+    m.as_object()
+        .map(|o| {
+            o.iter()
+                .map(|(k, n)| format!("{k} {n}"))
+                .collect::<Vec<_>>()
+                .join(sep)
+        })
+        .filter(|t| !t.is_empty())
+        .unwrap_or_else(|| "none".into())
+}
+
 /// A cell: strings as they are, `-` for null or empty, other values as JSON.
 pub fn s(v: &Value) -> String {
     match v {
@@ -227,25 +240,14 @@ pub fn resent(v: &Value) -> String {
 }
 
 pub fn summary(v: &Value) -> String {
-    let counts = |m: &Value| {
-        m.as_object()
-            .map(|o| {
-                o.iter()
-                    .map(|(k, n)| format!("{k} {n}"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .filter(|t| !t.is_empty())
-            .unwrap_or_else(|| "none".into())
-    };
     let mut out = vec![
-        format!("Active runs:  {}", counts(&v["activeRuns"])),
+        format!("Active runs:  {}", counts(&v["activeRuns"], ", ")),
         format!(
             "Last {}h:     {}",
             s(&v["recentWindowHours"]),
-            counts(&v["recentRuns"])
+            counts(&v["recentRuns"], ", ")
         ),
-        format!("Dispatches:   {}", counts(&v["dispatches"])),
+        format!("Dispatches:   {}", counts(&v["dispatches"], ", ")),
         format!("Cleanup due:  {}", s(&v["cleanupDue"])),
         String::new(),
     ];

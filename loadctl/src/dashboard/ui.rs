@@ -2,6 +2,10 @@
 //! runs), a run's detail with tabs, and the confirmation dialogs.
 use super::app::{App, Dialog, Focus, Intent, OUTCOMES, Screen, TABS};
 use crate::render::s;
+
+fn counts(m: &Value) -> String {
+    crate::render::counts(m, "  ")
+}
 use ratatui::Frame;
 use ratatui::layout::{Constraint, Layout, Rect};
 use ratatui::style::{Color, Modifier, Style};
@@ -16,18 +20,6 @@ fn time(v: &Value) -> String {
         Some(t) if t.len() >= 19 => t[11..19].to_string(),
         _ => s(v),
     }
-}
-
-fn counts(m: &Value) -> String {
-    m.as_object()
-        .map(|o| {
-            o.iter()
-                .map(|(k, n)| format!("{k} {n}"))
-                .collect::<Vec<_>>()
-                .join("  ")
-        })
-        .filter(|t| !t.is_empty())
-        .unwrap_or_else(|| "none".into())
 }
 
 /// `▮▮▮▯▯ 3/5`
