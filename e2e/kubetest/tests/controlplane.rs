@@ -227,10 +227,18 @@ async fn a_service_account_client_is_held_to_rbac() {
         .create(&PostParams::default(), &binding)
         .await
         .unwrap();
-    assert!(
-        as_sa.list(&ListParams::default()).await.is_ok(),
-        "list is granted"
-    );
+    // The RBAC authorizer reads bindings from an informer cache, so a new grant takes effect
+    // a moment after the create returns: await it, bounded, instead of assuming it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        match as_sa.list(&ListParams::default()).await {
+            Ok(_) => break,
+            Err(kube::Error::Api(e)) if e.code == 403 && std::time::Instant::now() < deadline => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await
+            }
+            other => panic!("list is granted within 30 s, got {other:?}"),
+        }
+    }
     let cm: ConfigMap = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
     match as_sa.create(&PostParams::default(), &cm).await {
         Err(kube::Error::Api(e)) => assert_eq!(e.code, 403, "create is not granted"),
