@@ -1,5 +1,6 @@
 //! End-to-end support: the NiFi simulator ([`nifi`]) and the real node the system tests run
 //! against ([`node`]).
+pub mod bench;
 pub mod check;
 pub mod nifi;
 pub mod node;

@@ -39,11 +39,20 @@ pub fn free_port() -> u16 {
 pub struct PgServer {
     dir: PathBuf,
     port: u16,
+    durable: bool,
+    options: String,
     pub admin_url: String,
 }
 
 impl PgServer {
+    /// Without fsync: test data only.
     pub fn start(name: &str) -> anyhow::Result<PgServer> {
+        PgServer::start_with(name, false, "")
+    }
+
+    /// `durable`: PostgreSQL's durable defaults (fsync, synchronous_commit), for benchmarks.
+    /// `options`: more server options (`-c name=value …`).
+    pub fn start_with(name: &str, durable: bool, options: &str) -> anyhow::Result<PgServer> {
         let dir = std::env::temp_dir().join(format!(
             "lc-{name}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -53,6 +62,8 @@ impl PgServer {
         let mut pg = PgServer {
             dir,
             port,
+            durable,
+            options: options.to_string(),
             admin_url: String::new(),
         };
         pg.admin_url = pg.up()?;
@@ -64,6 +75,8 @@ impl PgServer {
             .args(args)
             .env("LC_PGDATA", &self.dir)
             .env("LC_PGPORT", self.port.to_string())
+            .env("LC_PG_DURABLE", if self.durable { "1" } else { "0" })
+            .env("LC_PG_OPTIONS", &self.options)
             .stderr(Stdio::inherit())
             .output()?;
         if !out.status.success() {
@@ -83,6 +96,17 @@ impl PgServer {
         self.script("pg-down", &[])?;
         self.up()?;
         Ok(t.elapsed())
+    }
+
+    /// The postmaster's process id (first line of `postmaster.pid`).
+    pub fn postmaster_pid(&self) -> anyhow::Result<u32> {
+        let text = std::fs::read_to_string(self.dir.join("data/postmaster.pid"))?;
+        Ok(text
+            .lines()
+            .next()
+            .context("empty postmaster.pid")?
+            .trim()
+            .parse()?)
     }
 
     /// A fresh database on this server; its URL.

@@ -26,6 +26,8 @@ pub struct Dispatch {
     pub run_id: Uuid,
     pub dispatch_id: Uuid,
     pub body: Value,
+    /// When PG-05 accepted it (wall clock, comparable with PostgreSQL's `clock_timestamp()`).
+    pub received_at: std::time::SystemTime,
 }
 
 /// How the receiver behaves (the "slow or refusing PG-05" faults).
@@ -119,6 +121,7 @@ pub fn judge(
         run_id,
         dispatch_id,
         body,
+        received_at: std::time::SystemTime::now(),
     })
 }
 

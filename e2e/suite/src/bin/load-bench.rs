@@ -1,0 +1,178 @@
+//! load-bench: load-control's performance figures from one sitting, one JSON line per scenario on
+//! standard output (progress on standard error). `scripts/bench` builds the release binaries and
+//! runs it; see docs/benchmarks.md for what each line means.
+use clap::Parser;
+use e2e::bench::scenarios::{self, Sizes};
+use e2e::bench::{Bench, Options};
+use std::path::PathBuf;
+
+const SCENARIOS: &[&str] = &[
+    "pgbench",
+    "lifecycle",
+    "completion",
+    "manifest",
+    "dispatch",
+    "storm",
+    "rss",
+    "multixact",
+];
+
+#[derive(Parser, Debug)]
+#[command(
+    version,
+    about = "Benchmarks load-control against its own PostgreSQL (durable defaults) and prints one JSON line per scenario",
+    long_about = "Starts a PostgreSQL of its own with fsync on, the api-server and one standalone operator from --bin-dir, \
+and a PG-05 receiver as strict as NiFi. Then: pgbench -N at each client count (the ceiling), the full lifecycle \
+at each client count, completion scaling (one run of 10…10,000 partitions), a 10,000-partition manifest, dispatch \
+latency idle (and under load, from the lifecycle), a cancel and a partition /fail during a chunk storm, RSS idle and \
+at peak, and MultiXact growth over the dispatcher's fenced outcomes. Everything listens on 127.0.0.1 and every loop \
+is bounded in count and time."
+)]
+struct Args {
+    /// Directory holding load-control-api and load-control-operator [default: this binary's directory]
+    #[arg(long)]
+    bin_dir: Option<PathBuf>,
+    /// Scenarios to run, comma-separated
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,multixact",
+          value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
+    only: Vec<String>,
+    /// Concurrent clients of pgbench and the lifecycle, comma-separated
+    #[arg(long, value_delimiter = ',')]
+    clients: Option<Vec<usize>>,
+    /// Runs of the lifecycle scenario
+    #[arg(long)]
+    runs: Option<usize>,
+    /// Partitions per lifecycle run
+    #[arg(long)]
+    partitions: Option<usize>,
+    /// Chunks per lifecycle partition
+    #[arg(long)]
+    chunks: Option<usize>,
+    /// database.pool_size of the api-server and the operator
+    #[arg(long, default_value_t = 16)]
+    pool_size: u32,
+    /// Tiny sizes: every scenario in seconds (a smoke run, not a measurement)
+    #[arg(long)]
+    quick: bool,
+    /// Preload pg_stat_statements and print, after each lifecycle, the statements PostgreSQL
+    /// spent most time on (a profile; it costs some throughput)
+    #[arg(long)]
+    statements: bool,
+    /// More PostgreSQL server options, e.g. "-c shared_buffers=1GB" (the durable defaults stay)
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    pg_options: String,
+    /// Keep the processes' logs (printed path) instead of removing them
+    #[arg(long)]
+    keep_logs: bool,
+}
+
+fn emit(line: &serde_json::Value) {
+    println!("{line}");
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let mut s = if args.quick {
+        Sizes::quick()
+    } else {
+        Sizes::full()
+    };
+    if let Some(c) = args.clients {
+        anyhow::ensure!(
+            c.iter().all(|&n| n > 0),
+            "--clients: every count must be at least 1"
+        );
+        s.clients = c;
+    }
+    s.runs = args.runs.unwrap_or(s.runs).max(1);
+    s.partitions = args.partitions.unwrap_or(s.partitions).max(1);
+    s.chunks = args.chunks.unwrap_or(s.chunks).max(1);
+    let bin_dir = match args.bin_dir {
+        Some(d) => d,
+        None => std::env::current_exe()?
+            .parent()
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+    };
+    let run = |name: &str| args.only.iter().any(|o| o == name);
+    eprintln!("load-bench: starting PostgreSQL (durable), the api-server and the operator");
+    let mut bench = Bench::start(&Options {
+        bin_dir,
+        pool_size: args.pool_size,
+        statements: args.statements,
+        pg_options: args.pg_options.clone(),
+    })
+    .await?;
+    let outcome = async {
+        if run("rss") {
+            emit(&scenarios::rss(&bench, "idle"));
+        }
+        let mut tps = std::collections::HashMap::new();
+        if run("pgbench") {
+            eprintln!("load-bench: pgbench -N at {:?} clients", s.clients);
+            let (lines, t) = scenarios::pgbench(&bench, &s).await?;
+            lines.iter().for_each(emit);
+            tps = t;
+        }
+        if run("lifecycle") {
+            for &c in &s.clients {
+                eprintln!("load-bench: lifecycle at {c} clients");
+                if args.statements {
+                    scenarios::statements(&bench, "start", 0).await?;
+                }
+                emit(&scenarios::lifecycle(&bench, &s, c, tps.get(&c).copied()).await?);
+                if args.statements {
+                    emit(
+                        &scenarios::statements(&bench, &format!("lifecycle at {c} clients"), 25)
+                            .await?,
+                    );
+                }
+            }
+        }
+        if run("completion") {
+            let mut p50 = vec![];
+            for &p in &s.completion_partitions {
+                eprintln!("load-bench: completion with {p} partitions");
+                let line = scenarios::completion(&bench, &s, p).await?;
+                p50.push(line["partition_completing_report_ms"]["p50"].as_f64());
+                emit(&line);
+            }
+            if let (Some(Some(first)), Some(Some(last))) = (p50.first(), p50.last()) {
+                emit(&serde_json::json!({"scenario": "completion_ratio",
+                    "partitions": [s.completion_partitions.first(), s.completion_partitions.last()],
+                    "p50_ratio": (last / first * 100.0).round() / 100.0, "target": 1.2}));
+            }
+        }
+        if run("manifest") {
+            eprintln!(
+                "load-bench: manifest of {} partitions",
+                s.manifest_partitions
+            );
+            emit(&scenarios::manifest(&bench, &s).await?);
+        }
+        if run("dispatch") {
+            eprintln!("load-bench: dispatch latency, idle");
+            emit(&scenarios::dispatch_idle(&bench, &s).await?);
+        }
+        if run("storm") {
+            eprintln!("load-bench: cancel and partition /fail during a chunk storm");
+            let clients = s.clients.iter().copied().max().unwrap_or(32).min(32);
+            emit(&scenarios::storm(&bench, &s, clients).await?);
+        }
+        if run("rss") {
+            emit(&scenarios::rss(&bench, "after_load"));
+        }
+        if run("multixact") {
+            eprintln!(
+                "load-bench: MultiXact growth over {} dispatcher outcomes",
+                s.multixact_outcomes
+            );
+            emit(&scenarios::multixact(&mut bench, &s, 16).await?);
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    bench.stop(args.keep_logs || outcome.is_err());
+    outcome
+}
