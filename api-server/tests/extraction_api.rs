@@ -500,8 +500,22 @@ async fn chunks_progress_success_completion_and_validate_run() {
     let r = api.chunk(run, "0000", t0, 0, 2, 6).await;
     assert_eq!(r.body["partitionStatus"], "SUCCESS");
     assert_eq!(r.body["validationScheduled"], false);
-    // An identical replay after success is accepted, a changed one is a conflict and changes nothing.
+    // An identical replay after success is accepted without rewriting the row (same row
+    // version), a changed one is a conflict and changes nothing.
+    let version = async || -> String {
+        sqlx::query_scalar("SELECT xmin::text FROM nifi_ops.load_file WHERE run_id = $1 AND partition_id = '0000' AND chunk_index = 0")
+            .bind(run)
+            .fetch_one(&mut api.conn().await)
+            .await
+            .unwrap()
+    };
+    let before = version().await;
     assert_eq!(api.chunk(run, "0000", t0, 0, 2, 6).await.status, 200);
+    assert_eq!(
+        version().await,
+        before,
+        "an identical replay rewrote the chunk row"
+    );
     let conflict = api.chunk(run, "0000", t0, 0, 2, 5).await;
     assert_eq!(
         (
@@ -731,4 +745,57 @@ async fn partition_fail_outcomes() {
         .post(&format!("/v1/runs/{run2}/partitions/0042/fail"), body(t))
         .await;
     assert_eq!(nf.body["code"], "PARTITION_NOT_FOUND");
+}
+
+#[tokio::test]
+async fn chunk_reports_refresh_heartbeats_without_rewriting_a_fresh_run_row() {
+    let api = Api::start().await;
+    let run = api.extracting_run("JOB", "HB", &[10]).await;
+    let t = Uuid::new_v4();
+    api.claim(run, "0000", t).await;
+    let mut db = api.conn().await;
+    for table in ["load_run", "load_partition"] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE nifi_ops.{table} SET heartbeat_at = now() - interval '1 hour' WHERE run_id = $1"
+        )))
+        .bind(run)
+        .execute(&mut db)
+        .await
+        .unwrap();
+    }
+    let ages = async |db: &mut sqlx::PgConnection| -> (f64, f64, String) {
+        sqlx::query_as(
+            "SELECT extract(epoch FROM clock_timestamp() - r.heartbeat_at)::float8, \
+                    extract(epoch FROM clock_timestamp() - p.heartbeat_at)::float8, r.xmin::text \
+               FROM nifi_ops.load_run r JOIN nifi_ops.load_partition p USING (run_id) WHERE r.run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(db)
+        .await
+        .unwrap()
+    };
+    assert_eq!(api.chunk(run, "0000", t, 0, 3, 4).await.status, 200);
+    let (run_age, part_age, version) = ages(&mut db).await;
+    assert!(
+        run_age < 60.0 && part_age < 60.0,
+        "not refreshed: run {run_age}s, partition {part_age}s"
+    );
+    // A second report within the second leaves the run row alone (§5.3 rule 5).
+    assert_eq!(api.chunk(run, "0000", t, 1, 3, 3).await.status, 200);
+    assert_eq!(
+        ages(&mut db).await.2,
+        version,
+        "a fresh run heartbeat was rewritten"
+    );
+    // The partition success refreshes it with its counter update.
+    sqlx::query(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '1 hour' WHERE run_id = $1",
+    )
+    .bind(run)
+    .execute(&mut db)
+    .await
+    .unwrap();
+    let done = api.chunk(run, "0000", t, 2, 3, 3).await;
+    assert_eq!(done.body["runStatus"], "EXTRACTED_VALIDATED");
+    assert!(ages(&mut db).await.0 < 60.0);
 }

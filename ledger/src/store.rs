@@ -165,6 +165,20 @@ pub(crate) struct RunRow {
 pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, \
     stage_table_name, snapshot_scn::text AS snapshot_scn, extracted_count, publish_token, parameters";
 
+static SHARED_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run, pg_advisory_xact_lock_shared($2, $3) \
+          WHERE run_id = $1 FOR KEY SHARE OF load_run"
+    )
+});
+
+static EXCLUSIVE_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
+        "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run, pg_advisory_xact_lock($2, $3) \
+          WHERE run_id = $1 FOR UPDATE OF load_run"
+    )
+});
+
 impl RunRow {
     pub fn status(&self) -> LedgerResult<RunStatus> {
         RunStatus::parse(&self.status)
@@ -242,24 +256,20 @@ impl Ledger {
         mode: RunLock,
     ) -> LedgerResult<RunRow> {
         let (k1, k2) = run_lock_key(run_id);
-        let (advisory, row_lock) = match mode {
-            RunLock::Shared => (
-                "SELECT pg_advisory_xact_lock_shared($1, $2)",
-                "FOR KEY SHARE",
-            ),
-            RunLock::Exclusive => ("SELECT pg_advisory_xact_lock($1, $2)", "FOR UPDATE"),
+        // One round trip: the advisory lock is taken while the row is read, and the row lock
+        // (LockRows, above the join) only after it. The row may have been read from a snapshot
+        // older than the advisory wait, but locking it in READ COMMITTED follows the update
+        // chain and re-checks the newest version, so the columns returned are current.
+        let query = match mode {
+            RunLock::Shared => SHARED_RUN_LOCK.as_str(),
+            RunLock::Exclusive => EXCLUSIVE_RUN_LOCK.as_str(),
         };
-        sqlx::query(advisory)
+        let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(query))
+            .bind(run_id)
             .bind(k1)
             .bind(k2)
-            .execute(&mut *conn)
+            .fetch_optional(&mut *conn)
             .await?;
-        let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 {row_lock}"
-        )))
-        .bind(run_id)
-        .fetch_optional(&mut *conn)
-        .await?;
         row.ok_or(LedgerError::RunNotFound)
     }
 }
@@ -282,20 +292,19 @@ pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> L
     Ok(())
 }
 
-/// The run-heartbeat refresh that ends a report or a new claim (§5.3 rule 5): skipped when fresh
-/// (< 1 s) or when another transaction holds the row's write lock, so it never queues.
-pub(crate) async fn touch_run_heartbeat(conn: &mut PgConnection, run_id: Uuid) -> LedgerResult<()> {
-    sqlx::query(
-        "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() \
-          WHERE run_id IN (SELECT run_id FROM nifi_ops.load_run \
-                            WHERE run_id = $1 AND heartbeat_at < clock_timestamp() - interval '1 second' \
-                              FOR NO KEY UPDATE SKIP LOCKED)",
-    )
-    .bind(run_id)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
+/// The run-heartbeat refresh of a report or a new claim (§5.3 rule 5), as the `run_beat` CTE of
+/// the statement that ends it (`$1` is the run): skipped when fresh (< 1 s) or when another
+/// transaction holds the row's write lock, so it never queues.
+macro_rules! run_heartbeat_cte {
+    () => {
+        "run_beat AS ( \
+            UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() \
+             WHERE run_id IN (SELECT run_id FROM nifi_ops.load_run \
+                               WHERE run_id = $1 AND heartbeat_at < clock_timestamp() - interval '1 second' \
+                                 FOR NO KEY UPDATE SKIP LOCKED) RETURNING 1)"
+    };
 }
+pub(crate) use run_heartbeat_cte;
 
 /// The effective settings of every job with a valid override, plus the same as parallel arrays for
 /// `unnest(...)` in SQL (job keys; success, failed retention; stale, validation-stale seconds).

@@ -10,7 +10,7 @@ use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, touch_run_heartbeat, transaction};
+use crate::store::{Ledger, RunLock, run_heartbeat_cte, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -77,16 +77,11 @@ pub fn path_inside_run(run_path: Option<&str>, hdfs_path: &str) -> bool {
         })
 }
 
+/// The recorded chunk and its partition's aggregate (§4.7 steps 6–8).
 #[derive(sqlx::FromRow)]
-struct StoredChunk {
-    fragment_count: i32,
-    hdfs_path: String,
-    record_count: i64,
-    byte_count: Option<i64>,
-}
-
-#[derive(sqlx::FromRow)]
-struct AggregateRow {
+struct ChunkRow {
+    /// The chunk was new, or differs from the stored one (a conflict once the partition is done).
+    changed: bool,
     files: i64,
     lo: Option<i32>,
     hi: Option<i32>,
@@ -141,32 +136,43 @@ impl Ledger {
         if !path_inside_run(run.hdfs_run_path.as_deref(), &r.hdfs_path) {
             return Err(LedgerError::HdfsPathOutsideRun);
         }
-        let stored: Option<StoredChunk> = sqlx::query_as(
-            "SELECT fragment_count, hdfs_path, record_count, byte_count FROM nifi_ops.load_file \
-              WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3",
-        )
-        .bind(run_id)
-        .bind(pid)
-        .bind(r.chunk_index)
-        .fetch_optional(&mut *conn)
-        .await?;
-        let changed = match &stored {
-            None => true,
-            Some(s) => {
-                s.fragment_count != r.chunk_count
-                    || s.hdfs_path != r.hdfs_path
-                    || s.record_count != r.record_count
-                    || s.byte_count != r.byte_count
-            }
-        };
-        sqlx::query(
-            "INSERT INTO nifi_ops.load_file (run_id, partition_id, chunk_index, fragment_identifier, fragment_count, \
-               hdfs_path, record_count, byte_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
-             ON CONFLICT (run_id, partition_id, chunk_index) DO UPDATE SET \
-               fragment_identifier = EXCLUDED.fragment_identifier, fragment_count = EXCLUDED.fragment_count, \
-               hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
-               status = 'WRITTEN', updated_at = clock_timestamp()",
-        )
+        // One round trip records the chunk, refreshes the partition's heartbeat, refreshes the
+        // run's heartbeat in §5.3 rule 5's form (skipped when fresh or write-locked, never
+        // waiting; for a progress report this is the last statement) and reads the partition's
+        // aggregate as it is with this chunk (the other WRITTEN chunks, which the partition row
+        // lock keeps still, plus this one: a statement does not see its own writes). An
+        // identical replay rewrites nothing.
+        let a: ChunkRow = sqlx::query_as(concat!(
+            "WITH prior AS ( \
+                SELECT fragment_count, hdfs_path, record_count, byte_count FROM nifi_ops.load_file \
+                 WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3), \
+             stored AS ( \
+                INSERT INTO nifi_ops.load_file (run_id, partition_id, chunk_index, fragment_identifier, fragment_count, \
+                  hdfs_path, record_count, byte_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                ON CONFLICT (run_id, partition_id, chunk_index) DO UPDATE SET \
+                  fragment_identifier = EXCLUDED.fragment_identifier, fragment_count = EXCLUDED.fragment_count, \
+                  hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
+                  status = 'WRITTEN', updated_at = clock_timestamp() \
+                WHERE (load_file.fragment_identifier, load_file.fragment_count, load_file.hdfs_path, \
+                       load_file.record_count, load_file.byte_count, load_file.status) \
+                  IS DISTINCT FROM (EXCLUDED.fragment_identifier, EXCLUDED.fragment_count, EXCLUDED.hdfs_path, \
+                       EXCLUDED.record_count, EXCLUDED.byte_count, 'WRITTEN') \
+                RETURNING 1), \
+             beat AS ( \
+                UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
+                 WHERE run_id = $1 AND partition_id = $2 RETURNING 1), \
+", run_heartbeat_cte!(), ", \
+             chunks AS ( \
+                SELECT chunk_index, fragment_count, record_count, byte_count FROM nifi_ops.load_file \
+                 WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN' AND chunk_index <> $3 \
+                UNION ALL SELECT $3, $5, $7, $8) \
+             SELECT NOT EXISTS (SELECT 1 FROM prior WHERE fragment_count = $5 AND hdfs_path = $6 \
+                                   AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
+                    count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
+                    COALESCE(sum(record_count), 0)::text AS rows, sum(byte_count)::text AS bytes, \
+                    count(DISTINCT fragment_count) AS distinct_counts \
+               FROM chunks"
+        ))
         .bind(run_id)
         .bind(pid)
         .bind(r.chunk_index)
@@ -175,27 +181,12 @@ impl Ledger {
         .bind(&r.hdfs_path)
         .bind(r.record_count)
         .bind(r.byte_count)
-        .execute(&mut *conn)
-        .await?;
-        let part_status = part.status()?;
-        if part_status == PartitionStatus::Success && changed {
-            return Err(LedgerError::ChunkConflict);
-        }
-        sqlx::query("UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() WHERE run_id = $1 AND partition_id = $2")
-            .bind(run_id)
-            .bind(pid)
-            .execute(&mut *conn)
-            .await?;
-        let a: AggregateRow = sqlx::query_as(
-            "SELECT count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
-                    COALESCE(sum(record_count), 0)::text AS rows, sum(byte_count)::text AS bytes, \
-                    count(DISTINCT fragment_count) AS distinct_counts \
-               FROM nifi_ops.load_file WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN'",
-        )
-        .bind(run_id)
-        .bind(pid)
         .fetch_one(&mut *conn)
         .await?;
+        let part_status = part.status()?;
+        if part_status == PartitionStatus::Success && a.changed {
+            return Err(LedgerError::ChunkConflict);
+        }
         let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
         let agg = ChunkAggregate {
             files: a.files,
@@ -240,16 +231,6 @@ impl Ledger {
                 }
             }
         }
-        if mode == RunLock::Shared {
-            touch_run_heartbeat(conn, run_id).await?;
-        } else {
-            sqlx::query(
-                "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1",
-            )
-            .bind(run_id)
-            .execute(&mut *conn)
-            .await?;
-        }
         Ok(out)
     }
 
@@ -284,9 +265,19 @@ impl Ledger {
                 "partition changed under its row lock".into(),
             ));
         }
-        // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3 rule 3).
+        Event::new(Level::Info, "PARTITION_SUCCESS")
+            .run(run)
+            .partition(pid)
+            .rows(Some(rows))
+            .details(json!({"files": agg.files, "bytes": bytes}))
+            .insert(conn)
+            .await?;
+        // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3
+        // rule 3). It comes last, with the run's heartbeat folded in, because sibling successes
+        // wait for its row lock until this transaction commits: nothing else runs while it is held.
         let counts: Option<(i32, Option<i32>)> = sqlx::query_as(
-            "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1 \
+            "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1, \
+                    heartbeat_at = clock_timestamp() \
               WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
         )
         .bind(run.run_id)
@@ -296,13 +287,6 @@ impl Ledger {
             // The run left EXTRACTING although we hold it FOR KEY SHARE: decide under FOR UPDATE.
             return Err(LedgerError::Escalate);
         };
-        Event::new(Level::Info, "PARTITION_SUCCESS")
-            .run(run)
-            .partition(pid)
-            .rows(Some(rows))
-            .details(json!({"files": agg.files, "bytes": bytes}))
-            .insert(conn)
-            .await?;
         out.partition_status = PartitionStatus::Success;
         out.result = ChunkResult::PartitionSuccess;
         if Some(done) == expected && complete_extraction(conn, run).await? {

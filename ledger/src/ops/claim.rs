@@ -3,7 +3,7 @@
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, touch_run_heartbeat, transaction};
+use crate::store::{Ledger, RunLock, run_heartbeat_cte, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -88,12 +88,15 @@ impl Ledger {
             if !matches!(status, PartitionStatus::Pending | PartitionStatus::Retry) {
                 return Ok(refused(status));
             }
-            let (attempt,): (i32,) = sqlx::query_as(
-                "UPDATE nifi_ops.load_partition SET status = 'RUNNING', claim_token = $3, worker_node = $4, \
+            // The run's heartbeat refresh (§5.3 rule 5's non-waiting form) rides along.
+            let (attempt,): (i32,) = sqlx::query_as(concat!(
+                "WITH ",
+                run_heartbeat_cte!(),
+                " UPDATE nifi_ops.load_partition SET status = 'RUNNING', claim_token = $3, worker_node = $4, \
                     attempt_count = attempt_count + 1, started_at = COALESCE(started_at, clock_timestamp()), \
                     heartbeat_at = clock_timestamp(), error_code = NULL, error_message = NULL \
-                  WHERE run_id = $1 AND partition_id = $2 RETURNING attempt_count",
-            )
+                  WHERE run_id = $1 AND partition_id = $2 RETURNING attempt_count"
+            ))
             .bind(run_id)
             .bind(pid)
             .bind(token)
@@ -117,7 +120,6 @@ impl Ledger {
                 .details(json!({"workerNode": worker, "attempt": attempt}))
                 .insert(conn)
                 .await?;
-            touch_run_heartbeat(conn, run_id).await?;
             Ok(ClaimOutcome {
                 claimed: true,
                 run_status,
