@@ -3,9 +3,12 @@
 //! write goes through one fenced ledger operation; this crate only decides when to call them and
 //! makes the HTTP calls in between.
 pub mod dispatcher;
-pub mod kube_loops;
+pub mod kube_context;
 pub mod leadership;
 pub mod lease;
+pub mod loadjob_controller;
+pub mod loadrun_mirror;
+pub mod loadrun_requests;
 pub mod metrics;
 pub mod process;
 pub mod scope;

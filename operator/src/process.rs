@@ -110,8 +110,8 @@ impl Operator {
             identity.to_string(),
         );
         let mut op = Operator::start(config, ledger.clone(), leadership)?;
-        let ctx = Arc::new(crate::kube_loops::Context {
-            recorder: crate::kube_loops::recorder(client.clone(), identity),
+        let ctx = Arc::new(crate::kube_context::Context {
+            recorder: crate::kube_context::recorder(client.clone(), identity),
             client,
             ledger,
             fence: op.fence.clone(),
@@ -129,16 +129,17 @@ impl Operator {
             .clone()
             .unwrap_or_else(|| config.database_url());
         op.loops
-            .push(tokio::spawn(crate::kube_loops::run_job_controller(
+            .push(tokio::spawn(crate::loadjob_controller::run_job_controller(
                 ctx.clone(),
                 op.shutdown.subscribe(),
             )));
-        op.loops.push(tokio::spawn(crate::kube_loops::run_mirror(
-            ctx,
-            listen,
-            Duration::from_secs(30),
-            op.shutdown.subscribe(),
-        )));
+        op.loops
+            .push(tokio::spawn(crate::loadrun_mirror::run_mirror(
+                ctx,
+                listen,
+                Duration::from_secs(30),
+                op.shutdown.subscribe(),
+            )));
         Ok(op)
     }
 

@@ -5,7 +5,7 @@
 //! NAME`: it first scales the release's Deployment to zero (a running LoadJob controller would put
 //! the finalizer straight back), then removes only our finalizer. Ledger rows stay: a later
 //! install adopts its LoadJobs again.
-use crate::kube_loops::FINALIZER;
+use crate::loadjob_controller::FINALIZER;
 use crate::scope::WatchScope;
 use crds::LoadJob;
 use k8s_openapi::api::apps::v1::Deployment;

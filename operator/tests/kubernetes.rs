@@ -303,7 +303,7 @@ async fn loadruns_follow_the_ledger_and_carry_operator_requests() {
         .collect();
     assert!(
         managers.contains(&(
-            lcoperator::kube_loops::FIELD_MANAGER.to_string(),
+            lcoperator::kube_context::FIELD_MANAGER.to_string(),
             "Apply".to_string()
         )),
         "{managers:?}"

@@ -1,0 +1,333 @@
+//! Loop 1, the LoadJob controller: validates each LoadJob, writes its settings to the ledger
+//! (fenced), keeps the finalizer that marks the job removed, and reports Ready/Suspended and the
+//! run summary in its status. Pure steps (settings, validation) are tested without a cluster.
+use crate::kube_context::{
+    Context, LoopError, leadership_won, retry_delay, set_condition, status_apply_params,
+};
+use crds::names::load_run_name;
+use crds::{LoadJob, LoadRun, RecentCounts, RunRef};
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::{Api, Patch};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use ledger::settings::Thresholds;
+use ledger::{Fence, JobWrite};
+use serde_json::{Map, Value, json};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+pub const FINALIZER: &str = "loadcontrol.io/ledger";
+
+/// The LoadJob's settings as a `load_job.settings` object (the YAML file's section/key names).
+pub fn job_settings(job: &crds::LoadJobSpec) -> Value {
+    let mut out = Map::new();
+    let mut section = |name: &str, pairs: Vec<(&str, Option<Value>)>| {
+        let m: Map<String, Value> = pairs
+            .into_iter()
+            .filter_map(|(k, v)| v.map(|v| (k.to_string(), v)))
+            .collect();
+        if !m.is_empty() {
+            out.insert(name.to_string(), Value::Object(m));
+        }
+    };
+    let s = |v: &Option<String>| v.clone().map(Value::String);
+    if let Some(n) = &job.nifi {
+        section(
+            "nifi",
+            vec![
+                ("receiver_url", s(&n.receiver_url)),
+                ("timeout_seconds", n.timeout_seconds.map(|t| json!(t))),
+            ],
+        );
+    }
+    if let Some(r) = &job.recovery {
+        let mode = r.mode.as_ref().map(|m| json!(m));
+        section(
+            "recovery",
+            vec![
+                ("mode", mode),
+                ("max_attempts", r.max_attempts.map(|n| json!(n))),
+                ("stale", s(&r.stale)),
+                ("extract_query_timeout", s(&r.extract_query_timeout)),
+                ("run_timeout", s(&r.run_timeout)),
+                ("validation_stale", s(&r.validation_stale)),
+                ("publish_stale", s(&r.publish_stale)),
+            ],
+        );
+    }
+    if let Some(d) = &job.dispatch {
+        section(
+            "dispatch",
+            vec![
+                ("max_attempts", d.max_attempts.map(|n| json!(n))),
+                ("backoff_min", s(&d.backoff_min)),
+                ("backoff_max", s(&d.backoff_max)),
+                ("ack_timeout", s(&d.ack_timeout)),
+            ],
+        );
+    }
+    if let Some(c) = &job.cleanup {
+        section(
+            "cleanup",
+            vec![
+                ("success_retention", s(&c.success_retention)),
+                ("failed_retention", s(&c.failed_retention)),
+                ("event_retention", s(&c.event_retention)),
+            ],
+        );
+    }
+    Value::Object(out)
+}
+
+/// Validates the effective settings exactly as the ledger will read them (§10.3–§10.4).
+pub fn validate_job(
+    job: &crds::LoadJobSpec,
+    global: &Thresholds,
+    lease: Duration,
+) -> Result<Value, String> {
+    let settings = job_settings(job);
+    ledger::settings::effective(global, &settings, lease)?;
+    Ok(settings)
+}
+
+fn run_ref(r: &ledger::RunBrief) -> RunRef {
+    RunRef {
+        name: load_run_name(&r.job_key, &r.business_key, &r.run_id.to_string()),
+        run_id: r.run_id.to_string(),
+        business_key: r.business_key.clone(),
+        status: r.status.clone(),
+        completed_at: r.completed_at.as_ref().map(ledger::json::format_ts),
+    }
+}
+
+pub(crate) fn source_of(job: &LoadJob) -> String {
+    format!(
+        "LoadJob/{}/{}",
+        job.namespace().unwrap_or_default(),
+        job.name_any()
+    )
+}
+
+async fn reconcile_job(job: Arc<LoadJob>, ctx: Arc<Context>) -> Result<Action, LoopError> {
+    let started = std::time::Instant::now();
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let result = reconcile_job_once(job, &ctx).await;
+    let outcome = match &result {
+        Ok(_) => {
+            ctx.job_failures.lock().expect("failures lock").remove(&key);
+            "ok"
+        }
+        Err(e) => e.class(),
+    };
+    ctx.metrics
+        .reconciled("loadjob", outcome, started.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_job_once(job: Arc<LoadJob>, ctx: &Arc<Context>) -> Result<Action, LoopError> {
+    let Some(fence) = ctx.fence.borrow().clone() else {
+        // Not the leader: writes nothing. Winning leadership reconciles every LoadJob again.
+        return Ok(Action::await_change());
+    };
+    let api: Api<LoadJob> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let result = finalizer(&api, FINALIZER, job, |event| async {
+        match event {
+            Finalizer::Apply(job) => apply_job(&job, ctx, &fence).await,
+            Finalizer::Cleanup(job) => {
+                ctx.ledger.remove_job(&fence, &job.spec.job_key, &source_of(&job)).await?;
+                tracing::info!(event = "job_removed", job_key = %job.spec.job_key, "LoadJob deleted; its ledger row is marked removed");
+                Ok(Action::await_change())
+            }
+        }
+    })
+    .await;
+    result.map_err(|e| LoopError::Finalizer(e.to_string()))
+}
+
+async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action, LoopError> {
+    let api: Api<LoadJob> =
+        Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    let generation = job.metadata.generation;
+    let mut status = job.status.clone().unwrap_or_default();
+    status.observed_generation = generation;
+    match validate_job(&job.spec, &ctx.ledger.config().thresholds, ctx.lease) {
+        Err(reason) => {
+            set_condition(
+                &mut status.conditions,
+                "Ready",
+                false,
+                "InvalidSpec",
+                &reason,
+                generation,
+            );
+        }
+        Ok(settings) => match ctx
+            .ledger
+            .apply_job(
+                fence,
+                &job.spec.job_key,
+                job.spec.suspend,
+                &settings,
+                &source_of(job),
+                generation,
+            )
+            .await?
+        {
+            JobWrite::Conflict { owner } => {
+                let msg = format!("jobKey {} is owned by {owner}", job.spec.job_key);
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    false,
+                    "JobKeyConflict",
+                    &msg,
+                    generation,
+                );
+            }
+            JobWrite::Applied => {
+                set_condition(
+                    &mut status.conditions,
+                    "Ready",
+                    true,
+                    "Applied",
+                    "settings written to the ledger",
+                    generation,
+                );
+                let suspend_msg = if job.spec.suspend {
+                    "new runs are refused with 409 JOB_SUSPENDED"
+                } else {
+                    ""
+                };
+                set_condition(
+                    &mut status.conditions,
+                    "Suspended",
+                    job.spec.suspend,
+                    if job.spec.suspend {
+                        "Suspended"
+                    } else {
+                        "Active"
+                    },
+                    suspend_msg,
+                    generation,
+                );
+                let summary = ctx.ledger.job_summary(&job.spec.job_key).await?;
+                status.active_runs = summary.active_runs;
+                status.active_run = summary.active_run.as_ref().map(run_ref);
+                status.last_run = summary.last_run.as_ref().map(run_ref);
+                status.recent = RecentCounts {
+                    succeeded: summary.succeeded,
+                    failed: summary.failed,
+                    cancelled: summary.cancelled,
+                };
+                ctx.wake_mirror.notify_one();
+            }
+        },
+    }
+    if job.status.as_ref() != Some(&status) {
+        api.patch_status(
+            &job.name_any(),
+            &status_apply_params(),
+            &Patch::Apply(json!({
+                "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadJob",
+                "metadata": {"name": job.name_any()}, "status": status,
+            })),
+        )
+        .await?;
+    }
+    // Runs change without the LoadJob changing: refresh the run summary periodically.
+    Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+fn error_policy(job: Arc<LoadJob>, error: &LoopError, ctx: Arc<Context>) -> Action {
+    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let failures = {
+        let mut f = ctx.job_failures.lock().expect("failures lock");
+        let n = f.entry(key.clone()).or_insert(0);
+        *n += 1;
+        *n
+    };
+    let class = error.class();
+    match retry_delay(class, failures) {
+        Some(delay) => {
+            tracing::warn!(event = "loadjob_reconcile_error", loadjob = %key, class, failures, retry_in_ms = delay.as_millis() as u64, error = %error, "LoadJob reconcile failed; retrying");
+            Action::requeue(delay)
+        }
+        None => {
+            tracing::warn!(event = "loadjob_reconcile_error", loadjob = %key, class, error = %error, "LoadJob reconcile failed; waiting for a change");
+            Action::await_change()
+        }
+    }
+}
+
+/// Loop 1: the LoadJob controller, until `shutdown`.
+pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
+    let jobs = ctx.scope.apis::<LoadJob>(&ctx.client);
+    let runs = ctx.scope.apis::<LoadRun>(&ctx.client);
+    let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
+        let mut shutdown = shutdown.clone();
+        Controller::new(jobs, watcher::Config::default())
+            // A LoadRun changing phase refreshes its owner's activeRun/lastRun at once instead
+            // of at the next periodic requeue; bursts of status patches are debounced.
+            .owns(runs, watcher::Config::default())
+            .with_config(
+                kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)),
+            )
+            // A standby reconciles nothing; winning leadership reconciles every LoadJob at once.
+            .reconcile_all_on(leadership_won(ctx.fence.clone()))
+            .graceful_shutdown_on(async move {
+                let _ = shutdown.wait_for(|s| *s).await;
+            })
+            .run(reconcile_job, error_policy, ctx.clone())
+            .for_each(|_| async {})
+    });
+    futures::future::join_all(controllers).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crds::{LoadJobSpec, RecoveryMode, RecoverySpec};
+
+    fn spec() -> LoadJobSpec {
+        LoadJobSpec {
+            job_key: "J".into(),
+            description: None,
+            suspend: false,
+            nifi: None,
+            recovery: None,
+            dispatch: None,
+            cleanup: None,
+        }
+    }
+
+    #[test]
+    fn settings_use_the_files_section_and_key_names() {
+        let mut s = spec();
+        s.recovery = Some(RecoverySpec {
+            mode: Some(RecoveryMode::Reissue),
+            stale: Some("2h".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            job_settings(&s),
+            json!({"recovery": {"mode": "REISSUE", "stale": "2h"}})
+        );
+        assert_eq!(job_settings(&spec()), json!({}));
+        assert!(validate_job(&s, &Thresholds::default(), Duration::from_secs(60)).is_ok());
+    }
+
+    #[test]
+    fn invalid_combinations_are_refused_with_the_reason() {
+        let mut s = spec();
+        s.recovery = Some(RecoverySpec {
+            stale: Some("30m".into()),
+            ..Default::default()
+        });
+        let err = validate_job(&s, &Thresholds::default(), Duration::from_secs(60)).unwrap_err();
+        assert!(err.contains("recovery.stale"), "{err}");
+    }
+}

@@ -1,0 +1,523 @@
+//! Loop 2, the LoadRun mirror: every mirrored ledger run as a LoadRun (created with its owner,
+//! status applied when it changed), Events on phase changes, and retention of finished LoadRuns.
+//! Kubernetes writes happen only while this process leads. `run_status` and `past_retention` are
+//! the pure decisions.
+use crate::kube_context::{
+    Context, LoopError, RetryAfter, publish, set_condition, status_apply_params,
+};
+use crate::loadrun_requests::{act_on_requests, request_refusal};
+use crds::names::load_run_name;
+use crds::{
+    DispatchCounts, LoadJob, LoadRun, LoadRunSpec, LoadRunStatus, PartitionCounts, RunCounts,
+    RunError,
+};
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::api::{Api, ObjectMeta, Patch, PostParams};
+use kube::runtime::events::EventType;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Resource, ResourceExt};
+use ledger::{Fence, MirroredRun, RunStatus};
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// The LoadRun status the ledger's row implies (conditions merged with the previous ones).
+pub fn run_status(run: &MirroredRun, previous: Option<&LoadRunStatus>) -> LoadRunStatus {
+    let phase = RunStatus::parse(&run.status);
+    let mut conditions = previous.map(|p| p.conditions.clone()).unwrap_or_default();
+    let success = phase == Some(RunStatus::Success);
+    let cancelled = phase == Some(RunStatus::Cancelled);
+    let failed = phase.is_some_and(|p| p.is_failed_class()) && !cancelled;
+    let msg = |s: &str| format!("{s}: {}", run.error_message.clone().unwrap_or_default());
+    set_condition(
+        &mut conditions,
+        "Succeeded",
+        success,
+        if success {
+            "RunSucceeded"
+        } else {
+            "NotSucceeded"
+        },
+        &run.status,
+        None,
+    );
+    set_condition(
+        &mut conditions,
+        "Failed",
+        failed,
+        if failed { "RunFailed" } else { "NotFailed" },
+        &if failed {
+            msg(run.error_code.as_deref().unwrap_or(""))
+        } else {
+            String::new()
+        },
+        None,
+    );
+    set_condition(
+        &mut conditions,
+        "Cancelled",
+        cancelled,
+        if cancelled {
+            "RunCancelled"
+        } else {
+            "NotCancelled"
+        },
+        &if cancelled {
+            msg("cancelled")
+        } else {
+            String::new()
+        },
+        None,
+    );
+    let (needs, reason, message) = if phase == Some(RunStatus::PublishUnknown) {
+        (
+            true,
+            "PublishUnknown",
+            "The publish outcome is unknown. Check the target table, then set spec.resolution {outcome: PUBLISHED|FAILED_PUBLISH, reason} \
+             (or POST /v1/runs/{id}/publish-unknown/resolve)."
+                .to_string(),
+        )
+    } else if run.d_dead_alerting > 0 {
+        (
+            true,
+            "DispatchDead",
+            format!(
+                "{} dispatch(es) are DEAD; resend them with POST /v1/runs/{{id}}/dispatches/{{dispatchId}}/resend.",
+                run.d_dead_alerting
+            ),
+        )
+    } else {
+        (false, "NoActionNeeded", String::new())
+    };
+    set_condition(
+        &mut conditions,
+        "NeedsOperator",
+        needs,
+        reason,
+        &message,
+        None,
+    );
+    let expected = run.expected_partition_count.unwrap_or(0) as i64;
+    LoadRunStatus {
+        phase: run.status.clone(),
+        snapshot_scn: run.snapshot_scn.clone(),
+        hdfs_run_path: run.hdfs_run_path.clone(),
+        stage_table: run.stage_table_name.clone(),
+        counts: RunCounts {
+            source: run.source_count,
+            extracted: run.extracted_count,
+            staging: run.staging_count,
+            target: run.target_count,
+        },
+        partitions: PartitionCounts {
+            expected,
+            succeeded: run.p_succeeded,
+            running: run.p_running,
+            pending: run.p_pending,
+            retry: run.p_retry,
+            failed: run.p_failed,
+            timed_out: run.p_timed_out,
+            aborted: run.p_aborted,
+        },
+        partitions_summary: format!("{}/{expected}", run.p_succeeded),
+        started_at: Some(ledger::json::format_ts(&run.started_at)),
+        completed_at: run.completed_at.as_ref().map(ledger::json::format_ts),
+        error: (run.error_code.is_some() || run.error_stage.is_some()).then(|| RunError {
+            stage: run.error_stage.clone(),
+            code: run.error_code.clone(),
+            message: run.error_message.clone(),
+        }),
+        dispatches: DispatchCounts {
+            pending: run.d_pending,
+            sent: run.d_sent,
+            dead: run.d_dead,
+        },
+        ledger_version: run.version_no as i64,
+        conditions,
+    }
+}
+
+/// Whether a LoadRun is past retention: its run ended (completedAt set) longer than `retention`
+/// before `now` (pure). Active runs, PUBLISH_UNKNOWN included, are never past retention.
+pub fn past_retention(
+    status: Option<&LoadRunStatus>,
+    now: chrono::DateTime<chrono::Utc>,
+    retention: Duration,
+) -> bool {
+    let Some(done) = status.and_then(|s| s.completed_at.as_deref()) else {
+        return false;
+    };
+    let Ok(done) = chrono::DateTime::parse_from_rfc3339(done) else {
+        return false;
+    };
+    chrono::Duration::from_std(retention).is_ok_and(|r| done.with_timezone(&chrono::Utc) + r < now)
+}
+
+/// Deletes the LoadRuns past retention in the watched namespaces; how many.
+pub(crate) async fn prune_loadruns(ctx: &Context, fence: &Fence) -> Result<usize, LoopError> {
+    let now = chrono::Utc::now();
+    let mut deleted = 0;
+    for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
+        for lr in api.list(&Default::default()).await?.items {
+            if !past_retention(lr.status.as_ref(), now, ctx.loadrun_retention) {
+                continue;
+            }
+            ctx.still_leads(fence)?;
+            let ns: Api<LoadRun> =
+                Api::namespaced(ctx.client.clone(), &lr.namespace().unwrap_or_default());
+            match ns.delete(&lr.name_any(), &Default::default()).await {
+                Ok(_) => deleted += 1,
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if deleted > 0 {
+        tracing::info!(
+            event = "loadruns_pruned",
+            deleted,
+            retention_s = ctx.loadrun_retention.as_secs(),
+            "finished LoadRuns past retention deleted; the ledger keeps the runs"
+        );
+    }
+    Ok(deleted)
+}
+
+/// The Kubernetes Event worth a human's attention when a run enters `phase`, if any.
+pub fn phase_event(
+    previous: Option<&str>,
+    run: &MirroredRun,
+) -> Option<(EventType, &'static str, String)> {
+    if previous == Some(run.status.as_str()) {
+        return None;
+    }
+    let phase = RunStatus::parse(&run.status)?;
+    let detail = format!(
+        "{} {}",
+        run.error_code.as_deref().unwrap_or(""),
+        run.error_message.as_deref().unwrap_or("")
+    )
+    .trim()
+    .to_string();
+    match phase {
+        RunStatus::PublishUnknown => Some((
+            EventType::Warning,
+            "PublishUnknown",
+            format!("publish outcome unknown, needs an operator: {detail}"),
+        )),
+        RunStatus::Cancelled => Some((EventType::Normal, "Cancelled", detail)),
+        p if p.is_failed_class() => Some((
+            EventType::Warning,
+            "RunFailed",
+            format!("{}: {detail}", run.status),
+        )),
+        _ => None,
+    }
+}
+
+/// Backoff after the n-th consecutive failure of one run: 2 s, 4 s, 8 s, … at most 5 minutes (pure).
+pub fn mirror_retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(2u64.saturating_pow(failures.min(9)).min(300))
+}
+
+/// Loop 2: ledger → LoadRuns (LISTEN `load_run` + LoadRun watch + periodic resync), and LoadRun
+/// operator requests → ledger.
+pub async fn run_mirror(
+    ctx: Arc<Context>,
+    listen_url: String,
+    resync: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let wake = ctx.wake_mirror.clone();
+    // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts both.
+    let mut wakers = tokio::task::JoinSet::new();
+    {
+        let wake = wake.clone();
+        wakers.spawn(async move {
+            loop {
+                if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
+                    && l.listen("load_run").await.is_ok()
+                {
+                    wake.notify_one();
+                    while let Ok(Some(_)) = l.try_recv().await {
+                        wake.notify_one();
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
+    {
+        // Winning leadership is a reason to look at once (mirror and retention).
+        let (wake, mut fence) = (wake.clone(), ctx.fence.clone());
+        wakers.spawn(async move {
+            while fence.changed().await.is_ok() {
+                if fence.borrow_and_update().is_some() {
+                    wake.notify_one();
+                }
+            }
+        });
+    }
+    for runs in ctx.scope.apis::<LoadRun>(&ctx.client) {
+        let wake = wake.clone();
+        wakers.spawn(async move {
+            // Backoff: a missing CRD, a 403 or an API outage must not become a busy loop.
+            let mut stream = watcher(runs, watcher::Config::default())
+                .default_backoff()
+                .boxed();
+            while let Some(ev) = stream.next().await {
+                match ev {
+                    Ok(_) => wake.notify_one(),
+                    Err(e) => {
+                        tracing::warn!(event = "loadrun_watch_error", error = %e, "watching LoadRuns failed; backing off")
+                    }
+                }
+            }
+        });
+    }
+    let mut tick = tokio::time::interval(resync);
+    let mut pruned_under: Option<i64> = None;
+    loop {
+        let periodic = tokio::select! {
+            _ = shutdown.changed() => break,
+            _ = tick.tick() => true,
+            _ = wake.notified() => false,
+        };
+        let current = ctx.fence.borrow().clone();
+        let Some(fence) = current else { continue };
+        if let Err(e) = mirror_pass(&ctx, &fence).await {
+            tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns failed; retrying");
+        }
+        // Retention is no hurry: on the periodic resync and once when leadership is won, not on
+        // every wake-up.
+        if periodic || pruned_under != Some(fence.epoch) {
+            pruned_under = Some(fence.epoch);
+            if let Err(e) = prune_loadruns(&ctx, &fence).await {
+                tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
+            }
+        }
+    }
+    wakers.abort_all();
+}
+
+async fn mirror_pass(ctx: &Context, fence: &Fence) -> Result<(), LoopError> {
+    let mut owners: HashMap<String, Option<LoadJob>> = HashMap::new();
+    for run in ctx.ledger.mirrored_runs().await? {
+        let due = ctx
+            .mirror_backoff
+            .lock()
+            .expect("backoff lock")
+            .get(&run.run_id)
+            .copied();
+        if due.is_some_and(|d| std::time::Instant::now() < d.next) {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let mirrored = mirror_run(ctx, fence, &run, &mut owners).await;
+        let outcome = mirrored.as_ref().map_or_else(LoopError::class, |_| "ok");
+        ctx.metrics
+            .reconciled("loadrun_mirror", outcome, started.elapsed().as_secs_f64());
+        match mirrored {
+            Ok(()) => {
+                if due.is_some() {
+                    ctx.mirror_backoff
+                        .lock()
+                        .expect("backoff lock")
+                        .remove(&run.run_id);
+                }
+            }
+            // Leadership is gone: the rest of the pass writes nothing.
+            Err(e @ LoopError::NotLeading(_)) => return Err(e),
+            // One run's failure never stops the others: it backs off on its own.
+            Err(e) => {
+                let failures = due.map_or(1, |d| d.failures + 1);
+                let delay = mirror_retry_delay(failures);
+                ctx.mirror_backoff.lock().expect("backoff lock").insert(
+                    run.run_id,
+                    RetryAfter {
+                        failures,
+                        next: std::time::Instant::now() + delay,
+                    },
+                );
+                tracing::warn!(event = "loadrun_mirror_run_error", run_id = %run.run_id, job_key = %run.job_key,
+                    failures, retry_in_s = delay.as_secs(), error = %e, "mirroring this run failed; the others go on");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Mirrors one ledger run into its LoadRun (created if missing), and carries out its requests.
+pub(crate) async fn mirror_run(
+    ctx: &Context,
+    fence: &Fence,
+    run: &MirroredRun,
+    owners: &mut HashMap<String, Option<LoadJob>>,
+) -> Result<(), LoopError> {
+    let mut parts = run.source.splitn(3, '/').skip(1);
+    let (Some(ns), Some(job_name)) = (parts.next(), parts.next()) else {
+        return Ok(());
+    };
+    if !ctx.scope.covers(ns) {
+        return Ok(()); // another installation's LoadJob
+    }
+    let owner = match owners.get(&run.source) {
+        Some(o) => o.clone(),
+        None => {
+            let o = Api::<LoadJob>::namespaced(ctx.client.clone(), ns)
+                .get_opt(job_name)
+                .await?;
+            owners.insert(run.source.clone(), o.clone());
+            o
+        }
+    };
+    let Some(owner) = owner else {
+        return Ok(());
+    };
+    let api: Api<LoadRun> = Api::namespaced(ctx.client.clone(), ns);
+    let name = load_run_name(&run.job_key, &run.business_key, &run.run_id.to_string());
+    let existing = match api.get_opt(&name).await? {
+        Some(lr) => lr,
+        None => {
+            let lr = LoadRun {
+                metadata: ObjectMeta {
+                    name: Some(name.clone()),
+                    owner_references: Some(vec![owner_reference(&owner)]),
+                    labels: Some(
+                        [(
+                            "loadcontrol.io/job-key".to_string(),
+                            crds::names::job_key_label(&run.job_key),
+                        )]
+                        .into(),
+                    ),
+                    ..Default::default()
+                },
+                spec: LoadRunSpec {
+                    job_key: run.job_key.clone(),
+                    business_key: run.business_key.clone(),
+                    run_id: run.run_id.to_string(),
+                    cancel: None,
+                    resolution: None,
+                },
+                status: None,
+            };
+            ctx.still_leads(fence)?;
+            api.create(&PostParams::default(), &lr).await?
+        }
+    };
+    if act_on_requests(ctx, fence, &existing, run, ns).await? {
+        // The ledger changed; the NOTIFY brings the new state into the next pass.
+        return Ok(());
+    }
+    let previous = existing.status.as_ref();
+    let mut status = run_status(run, previous);
+    let refusal = request_refusal(&existing.spec, RunStatus::parse(&run.status));
+    let newly_refused = refusal.is_some()
+        && !previous.is_some_and(|p| {
+            p.conditions
+                .iter()
+                .any(|c| c.type_ == "RequestRefused" && c.status == "True")
+        });
+    set_condition(
+        &mut status.conditions,
+        "RequestRefused",
+        refusal.is_some(),
+        if refusal.is_some() {
+            "RUN_STATUS_MISMATCH"
+        } else {
+            "NoRefusal"
+        },
+        refusal.as_deref().unwrap_or(""),
+        None,
+    );
+    if previous == Some(&status) {
+        return Ok(());
+    }
+    ctx.still_leads(fence)?;
+    if newly_refused && let Some(why) = &refusal {
+        publish(
+            ctx,
+            &existing,
+            EventType::Warning,
+            "RequestRefused",
+            why.clone(),
+            "Request",
+        )
+        .await;
+    }
+    if let Some((type_, reason, note)) = phase_event(previous.map(|p| p.phase.as_str()), run) {
+        publish(ctx, &existing, type_, reason, note, "Mirror").await;
+    }
+    if run.d_dead_alerting > previous.map_or(0, |p| p.dispatches.dead)
+        && previous.is_none_or(|p| p.dispatches.dead < run.d_dead)
+    {
+        publish(
+            ctx,
+            &existing,
+            EventType::Warning,
+            "DispatchDead",
+            format!(
+                "{} DEAD dispatch(es); an operator must resend",
+                run.d_dead_alerting
+            ),
+            "Mirror",
+        )
+        .await;
+    }
+    api.patch_status(
+        &name,
+        &status_apply_params(),
+        &Patch::Apply(json!({
+            "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+            "metadata": {"name": name}, "status": status,
+        })),
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) fn owner_reference(job: &LoadJob) -> OwnerReference {
+    OwnerReference {
+        api_version: LoadJob::api_version(&()).to_string(),
+        kind: LoadJob::kind(&()).to_string(),
+        name: job.name_any(),
+        uid: job.metadata.uid.clone().unwrap_or_default(),
+        controller: Some(true),
+        block_owner_deletion: Some(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loadruns_of_runs_ended_long_ago_are_past_retention() {
+        let now = chrono::Utc::now();
+        let week = Duration::from_secs(7 * 86400);
+        let ended = |days: i64| LoadRunStatus {
+            completed_at: Some(ledger::json::format_ts(
+                &(now - chrono::Duration::days(days)),
+            )),
+            ..Default::default()
+        };
+        assert!(past_retention(Some(&ended(8)), now, week));
+        assert!(!past_retention(Some(&ended(6)), now, week));
+        assert!(
+            !past_retention(Some(&LoadRunStatus::default()), now, week),
+            "still active"
+        );
+        assert!(!past_retention(None, now, week));
+    }
+
+    #[test]
+    fn a_failing_run_backs_off_exponentially_up_to_five_minutes() {
+        let delays: Vec<u64> = (1..=12).map(|n| mirror_retry_delay(n).as_secs()).collect();
+        assert_eq!(&delays[..5], &[2, 4, 8, 16, 32]);
+        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*delays.last().unwrap(), 300);
+    }
+}
