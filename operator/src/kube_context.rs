@@ -8,7 +8,7 @@ use ledger::{Fence, Ledger};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 pub(crate) fn now() -> String {
     ledger::json::format_ts(&chrono::Utc::now())
@@ -47,7 +47,8 @@ pub struct Context {
     pub fence: watch::Receiver<Option<Fence>>,
     pub recorder: Recorder,
     pub lease: Duration,
-    pub wake_mirror: Arc<Notify>,
+    /// What the LoadRun mirror should look at next.
+    pub mirror_queue: Arc<crate::loadrun_mirror::MirrorQueue>,
     /// The namespaces whose LoadJobs and LoadRuns this installation owns.
     pub scope: crate::scope::WatchScope,
     /// Finished LoadRuns older than this are deleted (etcd does not grow without limit).

@@ -223,7 +223,16 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
                     failed: summary.failed,
                     cancelled: summary.cancelled,
                 };
-                ctx.wake_mirror.notify_one();
+                // A LoadJob applied for the first time may own runs the mirror has not shown
+                // yet; later reconciles change nothing the mirror reads.
+                let was_ready = job.status.as_ref().is_some_and(|s| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Ready" && c.status == "True")
+                });
+                if !was_ready {
+                    ctx.mirror_queue.everything();
+                }
             }
         },
     }
@@ -238,8 +247,9 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
         )
         .await?;
     }
-    // Runs change without the LoadJob changing: refresh the run summary periodically.
-    Ok(Action::requeue(Duration::from_secs(30)))
+    // Its LoadRuns changing phase reconcile it (the controller owns them); the requeue only moves
+    // the summary's time windows (recent counts) along.
+    Ok(Action::requeue(Duration::from_secs(300)))
 }
 
 fn error_policy(job: Arc<LoadJob>, error: &LoopError, ctx: Arc<Context>) -> Action {

@@ -15,14 +15,17 @@ use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PostParams};
 use kube::runtime::events::EventType;
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use ledger::{Fence, MirroredRun, RunStatus};
 use serde_json::json;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
 
 /// The LoadRun status the ledger's row implies (conditions merged with the previous ones).
 pub fn run_status(run: &MirroredRun, previous: Option<&LoadRunStatus>) -> LoadRunStatus {
@@ -157,11 +160,11 @@ pub fn past_retention(
 }
 
 /// Deletes the LoadRuns past retention in the watched namespaces; how many.
-pub(crate) async fn prune_loadruns(ctx: &Context, fence: &Fence) -> Result<usize, LoopError> {
+async fn prune_loadruns(ctx: &Context, fence: &Fence, stores: &Stores) -> Result<usize, LoopError> {
     let now = chrono::Utc::now();
     let mut deleted = 0;
-    for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
-        for lr in api.list(&Default::default()).await?.items {
+    {
+        for lr in stores.all_runs() {
             if !past_retention(lr.status.as_ref(), now, ctx.loadrun_retention) {
                 continue;
             }
@@ -223,27 +226,113 @@ pub fn mirror_retry_delay(failures: u32) -> Duration {
     Duration::from_secs(2u64.saturating_pow(failures.min(9)).min(300))
 }
 
-/// Loop 2: ledger → LoadRuns (LISTEN `load_run` + LoadRun watch + periodic resync), and LoadRun
-/// operator requests → ledger.
+/// At most this many LoadRuns are written at once by one pass.
+const WRITE_CONCURRENCY: usize = 8;
+
+/// What the mirror looks at next: single runs (a NOTIFY names its run; a LoadRun carrying a
+/// request, or deleted) or everything (start, leadership won, a restarted LISTEN or watch, a
+/// newly applied LoadJob, the periodic resync).
+#[derive(Default)]
+pub struct MirrorQueue {
+    runs: std::sync::Mutex<HashSet<Uuid>>,
+    everything: AtomicBool,
+    wake: Notify,
+}
+
+impl MirrorQueue {
+    pub fn run(&self, id: Uuid) {
+        self.runs.lock().expect("queue lock").insert(id);
+        self.wake.notify_one();
+    }
+
+    pub fn everything(&self) {
+        self.everything.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Empties the queue: (a full pass is due, the single runs asked for).
+    fn take(&self) -> (bool, Vec<Uuid>) {
+        let everything = self.everything.swap(false, Ordering::SeqCst);
+        let runs = std::mem::take(&mut *self.runs.lock().expect("queue lock"));
+        (everything, runs.into_iter().collect())
+    }
+}
+
+/// Whether a LoadRun event needs the mirror (pure): a request to carry out or to refuse. Status
+/// updates, the mirror's own included, do not.
+pub fn asks_for_action(lr: &LoadRun) -> bool {
+    lr.spec.cancel.is_some() || lr.spec.resolution.is_some()
+}
+
+/// The status a write must not go behind (pure): the newer, by `ledgerVersion`, of the stored
+/// LoadRun's status and the status this process last applied (the watch may not have brought
+/// it back yet). Equal versions prefer what was applied.
+pub fn newest_status<'a>(
+    stored: Option<&'a LoadRunStatus>,
+    applied: Option<&'a LoadRunStatus>,
+) -> Option<&'a LoadRunStatus> {
+    match (stored, applied) {
+        (Some(s), Some(a)) if s.ledger_version > a.ledger_version => Some(s),
+        (s, None) => s,
+        (_, a) => a,
+    }
+}
+
+/// The LoadRuns and LoadJobs of the watched namespaces as their watches last reported them: the
+/// mirror reads these instead of asking the API server for every run on every pass.
+#[derive(Default)]
+struct Stores {
+    runs: Vec<Store<LoadRun>>,
+    jobs: Vec<Store<LoadJob>>,
+}
+
+impl Stores {
+    fn run(&self, ns: &str, name: &str) -> Option<Arc<LoadRun>> {
+        let key = ObjectRef::new(name).within(ns);
+        self.runs.iter().find_map(|s| s.get(&key))
+    }
+
+    fn job(&self, ns: &str, name: &str) -> Option<Arc<LoadJob>> {
+        let key = ObjectRef::new(name).within(ns);
+        self.jobs.iter().find_map(|s| s.get(&key))
+    }
+
+    fn all_runs(&self) -> Vec<Arc<LoadRun>> {
+        self.runs.iter().flat_map(|s| s.state()).collect()
+    }
+}
+
+/// The mirror's own memory: its stores, and the status it last applied to each run's LoadRun.
+struct Mirror {
+    stores: Stores,
+    applied: std::sync::Mutex<HashMap<Uuid, LoadRunStatus>>,
+}
+
+/// Loop 2: ledger → LoadRuns (LISTEN `load_run` names the changed run; LoadRun and LoadJob
+/// watches feed reflector stores; a periodic full resync), and LoadRun requests → ledger.
 pub async fn run_mirror(
     ctx: Arc<Context>,
     listen_url: String,
     resync: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let wake = ctx.wake_mirror.clone();
-    // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts both.
+    let queue = ctx.mirror_queue.clone();
+    // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts them all.
     let mut wakers = tokio::task::JoinSet::new();
     {
-        let wake = wake.clone();
+        let queue = queue.clone();
         wakers.spawn(async move {
             loop {
                 if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
                     && l.listen("load_run").await.is_ok()
                 {
-                    wake.notify_one();
-                    while let Ok(Some(_)) = l.try_recv().await {
-                        wake.notify_one();
+                    // Changes made while nobody listened are found by a full pass.
+                    queue.everything();
+                    while let Ok(Some(n)) = l.try_recv().await {
+                        match Uuid::parse_str(n.payload()) {
+                            Ok(id) => queue.run(id),
+                            Err(_) => queue.everything(),
+                        }
                     }
                 }
                 tokio::time::sleep(Duration::from_secs(5)).await;
@@ -251,26 +340,43 @@ pub async fn run_mirror(
         });
     }
     {
-        // Winning leadership is a reason to look at once (mirror and retention).
-        let (wake, mut fence) = (wake.clone(), ctx.fence.clone());
+        // Winning leadership is a reason to look at everything (mirror and retention).
+        let (queue, mut fence) = (queue.clone(), ctx.fence.clone());
         wakers.spawn(async move {
             while fence.changed().await.is_ok() {
                 if fence.borrow_and_update().is_some() {
-                    wake.notify_one();
+                    queue.everything();
                 }
             }
         });
     }
-    for runs in ctx.scope.apis::<LoadRun>(&ctx.client) {
-        let wake = wake.clone();
+    let mut stores = Stores::default();
+    for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
+        let (reader, writer) = reflector::store();
+        stores.runs.push(reader);
+        let queue = queue.clone();
         wakers.spawn(async move {
-            // Backoff: a missing CRD, a 403 or an API outage must not become a busy loop.
-            let mut stream = watcher(runs, watcher::Config::default())
+            // kube-runtime's default backoff: a missing CRD, a 403 or an API outage must not
+            // become a busy loop.
+            let mut stream = watcher(api, watcher::Config::default())
                 .default_backoff()
+                .reflect(writer)
                 .boxed();
             while let Some(ev) = stream.next().await {
                 match ev {
-                    Ok(_) => wake.notify_one(),
+                    Ok(watcher::Event::Apply(lr)) if asks_for_action(&lr) => {
+                        if let Ok(id) = Uuid::parse_str(&lr.spec.run_id) {
+                            queue.run(id)
+                        }
+                    }
+                    // Deleted by hand: recreated if its run is still mirrored.
+                    Ok(watcher::Event::Delete(lr)) => {
+                        if let Ok(id) = Uuid::parse_str(&lr.spec.run_id) {
+                            queue.run(id)
+                        }
+                    }
+                    Ok(watcher::Event::InitDone) => queue.everything(),
+                    Ok(_) => {}
                     Err(e) => {
                         tracing::warn!(event = "loadrun_watch_error", error = %e, "watching LoadRuns failed; backing off")
                     }
@@ -278,24 +384,83 @@ pub async fn run_mirror(
             }
         });
     }
+    for api in ctx.scope.apis::<LoadJob>(&ctx.client) {
+        let (reader, writer) = reflector::store();
+        stores.jobs.push(reader);
+        wakers.spawn(async move {
+            let mut stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .reflect(writer)
+                .boxed();
+            while let Some(ev) = stream.next().await {
+                if let Err(e) = ev {
+                    tracing::warn!(event = "loadjob_watch_error", error = %e, "watching LoadJobs failed; backing off")
+                }
+            }
+        });
+    }
+    // Until each store has listed once, a LoadRun missing from it may exist.
+    let ready = async {
+        for s in &stores.runs {
+            let _ = s.wait_until_ready().await;
+        }
+        for s in &stores.jobs {
+            let _ = s.wait_until_ready().await;
+        }
+    };
+    tokio::select! {
+        _ = ready => {}
+        _ = shutdown.changed() => return,
+    }
+    let mirror = Mirror {
+        stores,
+        applied: Default::default(),
+    };
     let mut tick = tokio::time::interval(resync);
     let mut pruned_under: Option<i64> = None;
     loop {
         let periodic = tokio::select! {
             _ = shutdown.changed() => break,
             _ = tick.tick() => true,
-            _ = wake.notified() => false,
+            _ = queue.wake.notified() => false,
         };
         let current = ctx.fence.borrow().clone();
         let Some(fence) = current else { continue };
-        if let Err(e) = mirror_pass(&ctx, &fence).await {
-            tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns failed; retrying");
+        let (everything, ids) = queue.take();
+        let full = everything || periodic;
+        if !full && ids.is_empty() {
+            continue;
+        }
+        let runs = if full {
+            ctx.ledger.mirrored_runs().await
+        } else {
+            ctx.ledger.mirrored_runs_by_id(&ids).await
+        };
+        match runs {
+            Ok(runs) => {
+                if full {
+                    let current: HashSet<Uuid> = runs.iter().map(|r| r.run_id).collect();
+                    mirror
+                        .applied
+                        .lock()
+                        .expect("applied lock")
+                        .retain(|id, _| current.contains(id));
+                }
+                if let Err(e) = mirror_pass(&ctx, &fence, &mirror, &runs).await {
+                    tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns stopped");
+                }
+            }
+            Err(e) => {
+                // The next wake-up or the periodic resync looks at everything again.
+                queue.everything.store(true, Ordering::SeqCst);
+                tracing::warn!(event = "loadrun_mirror_error", error = %e, "reading the runs to mirror failed; retrying");
+            }
         }
         // Retention is no hurry: on the periodic resync and once when leadership is won, not on
         // every wake-up.
         if periodic || pruned_under != Some(fence.epoch) {
             pruned_under = Some(fence.epoch);
-            if let Err(e) = prune_loadruns(&ctx, &fence).await {
+            if let Err(e) = prune_loadruns(&ctx, &fence, &mirror.stores).await {
                 tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
             }
         }
@@ -303,59 +468,82 @@ pub async fn run_mirror(
     wakers.abort_all();
 }
 
-async fn mirror_pass(ctx: &Context, fence: &Fence) -> Result<(), LoopError> {
-    let mut owners: HashMap<String, Option<LoadJob>> = HashMap::new();
-    for run in ctx.ledger.mirrored_runs().await? {
-        let due = ctx
-            .mirror_backoff
-            .lock()
-            .expect("backoff lock")
-            .get(&run.run_id)
-            .copied();
-        if due.is_some_and(|d| std::time::Instant::now() < d.next) {
-            continue;
+/// Mirrors `runs`, at most [`WRITE_CONCURRENCY`] at once. One run's failure never stops the
+/// others (it backs off on its own); losing leadership stops every write.
+async fn mirror_pass(
+    ctx: &Context,
+    fence: &Fence,
+    mirror: &Mirror,
+    runs: &[MirroredRun],
+) -> Result<(), LoopError> {
+    // The futures are made first: a stream holding a closure over borrowed runs is not `Send`
+    // for every lifetime, which `tokio::spawn` needs.
+    let writes: Vec<_> = runs
+        .iter()
+        .map(|run| mirror_one(ctx, fence, mirror, run))
+        .collect();
+    let results: Vec<Result<(), LoopError>> = futures::stream::iter(writes)
+        .buffer_unordered(WRITE_CONCURRENCY)
+        .collect()
+        .await;
+    results.into_iter().find(|r| r.is_err()).unwrap_or(Ok(()))
+}
+
+/// One run, with its own backoff; only `NotLeading` is returned.
+async fn mirror_one(
+    ctx: &Context,
+    fence: &Fence,
+    mirror: &Mirror,
+    run: &MirroredRun,
+) -> Result<(), LoopError> {
+    let due = ctx
+        .mirror_backoff
+        .lock()
+        .expect("backoff lock")
+        .get(&run.run_id)
+        .copied();
+    if due.is_some_and(|d| std::time::Instant::now() < d.next) {
+        return Ok(());
+    }
+    let started = std::time::Instant::now();
+    let mirrored = mirror_run(ctx, fence, mirror, run).await;
+    let outcome = mirrored.as_ref().map_or_else(LoopError::class, |_| "ok");
+    ctx.metrics
+        .reconciled("loadrun_mirror", outcome, started.elapsed().as_secs_f64());
+    match mirrored {
+        Ok(()) => {
+            if due.is_some() {
+                ctx.mirror_backoff
+                    .lock()
+                    .expect("backoff lock")
+                    .remove(&run.run_id);
+            }
+            Ok(())
         }
-        let started = std::time::Instant::now();
-        let mirrored = mirror_run(ctx, fence, &run, &mut owners).await;
-        let outcome = mirrored.as_ref().map_or_else(LoopError::class, |_| "ok");
-        ctx.metrics
-            .reconciled("loadrun_mirror", outcome, started.elapsed().as_secs_f64());
-        match mirrored {
-            Ok(()) => {
-                if due.is_some() {
-                    ctx.mirror_backoff
-                        .lock()
-                        .expect("backoff lock")
-                        .remove(&run.run_id);
-                }
-            }
-            // Leadership is gone: the rest of the pass writes nothing.
-            Err(e @ LoopError::NotLeading(_)) => return Err(e),
-            // One run's failure never stops the others: it backs off on its own.
-            Err(e) => {
-                let failures = due.map_or(1, |d| d.failures + 1);
-                let delay = mirror_retry_delay(failures);
-                ctx.mirror_backoff.lock().expect("backoff lock").insert(
-                    run.run_id,
-                    RetryAfter {
-                        failures,
-                        next: std::time::Instant::now() + delay,
-                    },
-                );
-                tracing::warn!(event = "loadrun_mirror_run_error", run_id = %run.run_id, job_key = %run.job_key,
-                    failures, retry_in_s = delay.as_secs(), error = %e, "mirroring this run failed; the others go on");
-            }
+        Err(e @ LoopError::NotLeading(_)) => Err(e),
+        Err(e) => {
+            let failures = due.map_or(1, |d| d.failures + 1);
+            let delay = mirror_retry_delay(failures);
+            ctx.mirror_backoff.lock().expect("backoff lock").insert(
+                run.run_id,
+                RetryAfter {
+                    failures,
+                    next: std::time::Instant::now() + delay,
+                },
+            );
+            tracing::warn!(event = "loadrun_mirror_run_error", run_id = %run.run_id, job_key = %run.job_key,
+                failures, retry_in_s = delay.as_secs(), error = %e, "mirroring this run failed; the others go on");
+            Ok(())
         }
     }
-    Ok(())
 }
 
 /// Mirrors one ledger run into its LoadRun (created if missing), and carries out its requests.
-pub(crate) async fn mirror_run(
+async fn mirror_run(
     ctx: &Context,
     fence: &Fence,
+    mirror: &Mirror,
     run: &MirroredRun,
-    owners: &mut HashMap<String, Option<LoadJob>>,
 ) -> Result<(), LoopError> {
     let mut parts = run.source.splitn(3, '/').skip(1);
     let (Some(ns), Some(job_name)) = (parts.next(), parts.next()) else {
@@ -364,22 +552,13 @@ pub(crate) async fn mirror_run(
     if !ctx.scope.covers(ns) {
         return Ok(()); // another installation's LoadJob
     }
-    let owner = match owners.get(&run.source) {
-        Some(o) => o.clone(),
-        None => {
-            let o = Api::<LoadJob>::namespaced(ctx.client.clone(), ns)
-                .get_opt(job_name)
-                .await?;
-            owners.insert(run.source.clone(), o.clone());
-            o
-        }
-    };
-    let Some(owner) = owner else {
-        return Ok(());
+    let Some(owner) = mirror.stores.job(ns, job_name) else {
+        return Ok(()); // the LoadJob is gone (or not seen yet: its watch event brings a full pass)
     };
     let api: Api<LoadRun> = Api::namespaced(ctx.client.clone(), ns);
     let name = load_run_name(&run.job_key, &run.business_key, &run.run_id.to_string());
-    let existing = match api.get_opt(&name).await? {
+    let stored = mirror.stores.run(ns, &name);
+    let existing: Arc<LoadRun> = match stored.clone() {
         Some(lr) => lr,
         None => {
             let lr = LoadRun {
@@ -405,14 +584,32 @@ pub(crate) async fn mirror_run(
                 status: None,
             };
             ctx.still_leads(fence)?;
-            api.create(&PostParams::default(), &lr).await?
+            match api.create(&PostParams::default(), &lr).await {
+                Ok(created) => Arc::new(created),
+                // Created by an earlier pass; the watch has not brought it into the store yet.
+                Err(kube::Error::Api(e)) if e.code == 409 => Arc::new(api.get(&name).await?),
+                Err(e) => return Err(e.into()),
+            }
         }
     };
     if act_on_requests(ctx, fence, &existing, run, ns).await? {
-        // The ledger changed; the NOTIFY brings the new state into the next pass.
+        // The ledger changed; its NOTIFY brings the new state into the next pass.
         return Ok(());
     }
-    let previous = existing.status.as_ref();
+    let applied = mirror
+        .applied
+        .lock()
+        .expect("applied lock")
+        .get(&run.run_id)
+        .cloned();
+    let previous = newest_status(
+        existing.status.as_ref(),
+        applied.as_ref().filter(|_| stored.is_some()),
+    );
+    if previous.is_some_and(|p| p.ledger_version > run.version_no as i64) {
+        // Read before a newer change was mirrored: never write an older state over a newer one.
+        return Ok(());
+    }
     let mut status = run_status(run, previous);
     let refusal = request_refusal(&existing.spec, RunStatus::parse(&run.status));
     let newly_refused = refusal.is_some()
@@ -476,6 +673,11 @@ pub(crate) async fn mirror_run(
         })),
     )
     .await?;
+    mirror
+        .applied
+        .lock()
+        .expect("applied lock")
+        .insert(run.run_id, status);
     Ok(())
 }
 
@@ -519,5 +721,45 @@ mod tests {
         assert_eq!(&delays[..5], &[2, 4, 8, 16, 32]);
         assert!(delays.windows(2).all(|w| w[0] <= w[1]));
         assert_eq!(*delays.last().unwrap(), 300);
+    }
+
+    #[test]
+    fn the_newest_status_wins_and_what_was_applied_breaks_ties() {
+        let at = |v: i64, phase: &str| LoadRunStatus {
+            ledger_version: v,
+            phase: phase.into(),
+            ..Default::default()
+        };
+        let (stored, applied) = (at(3, "EXTRACTING"), at(4, "EXTRACTED_VALIDATED"));
+        assert_eq!(newest_status(Some(&stored), Some(&applied)), Some(&applied));
+        assert_eq!(newest_status(Some(&applied), Some(&stored)), Some(&applied));
+        let same = at(4, "EXTRACTED_VALIDATED");
+        assert!(std::ptr::eq(
+            newest_status(Some(&same), Some(&applied)).unwrap(),
+            &applied
+        ));
+        assert_eq!(newest_status(Some(&stored), None), Some(&stored));
+        assert_eq!(newest_status(None, Some(&applied)), Some(&applied));
+        assert_eq!(newest_status(None, None), None);
+    }
+
+    #[test]
+    fn only_requests_wake_the_mirror_for_a_loadrun() {
+        let mut lr = LoadRun::new(
+            "r",
+            LoadRunSpec {
+                job_key: "J".into(),
+                business_key: "b".into(),
+                run_id: "00000000-0000-0000-0000-000000000001".into(),
+                cancel: None,
+                resolution: None,
+            },
+        );
+        lr.status = Some(LoadRunStatus::default());
+        assert!(!asks_for_action(&lr), "a status update is the mirror's own");
+        lr.spec.cancel = Some(crds::CancelRequest {
+            reason: "wrong day".into(),
+        });
+        assert!(asks_for_action(&lr));
     }
 }

@@ -13,7 +13,7 @@ use lcconfig::config::Config;
 use ledger::{Fence, Ledger};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 /// How the Kubernetes loops are scoped and how long they keep finished LoadRuns.
 #[derive(Debug, Clone)]
@@ -116,7 +116,7 @@ impl Operator {
             ledger,
             fence: op.fence.clone(),
             lease: config.dispatch.lease.0,
-            wake_mirror: Arc::new(Notify::new()),
+            mirror_queue: Default::default(),
             mirror_backoff: Default::default(),
             metrics: op.metrics.clone(),
             job_failures: Default::default(),

@@ -7,6 +7,31 @@ use chrono::{DateTime, Utc};
 use serde_json::Value;
 use uuid::Uuid;
 
+/// The mirror's view of runs (LoadJob-owned; active, or ended within a day), narrowed by `$filter`.
+macro_rules! mirrored_runs_sql {
+    ($filter:literal) => {
+        concat!("SELECT r.run_id, r.job_key, r.business_key, r.status, r.version_no, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, \
+                    r.stage_table_name, r.source_count, r.extracted_count, r.staging_count, r.target_count, r.expected_partition_count, \
+                    r.started_at, r.completed_at, r.error_stage, r.error_code, r.error_message, j.source, \
+                    count(p.*) FILTER (WHERE p.status = 'SUCCESS') AS p_succeeded, count(p.*) FILTER (WHERE p.status = 'RUNNING') AS p_running, \
+                    count(p.*) FILTER (WHERE p.status = 'PENDING') AS p_pending, count(p.*) FILTER (WHERE p.status = 'RETRY') AS p_retry, \
+                    count(p.*) FILTER (WHERE p.status = 'FAILED') AS p_failed, count(p.*) FILTER (WHERE p.status = 'TIMED_OUT') AS p_timed_out, \
+                    count(p.*) FILTER (WHERE p.status = 'ABORTED') AS p_aborted, \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'PENDING') AS d_pending, \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'SENT') AS d_sent, \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD') AS d_dead, \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD' AND r.status <> 'CANCELLED' \
+                        AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %') AS d_dead_alerting \
+               FROM nifi_ops.load_run r \
+               JOIN nifi_ops.load_job j ON j.job_key = r.job_key AND j.removed_at IS NULL AND j.source LIKE 'LoadJob/%' \
+               LEFT JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \
+              WHERE (", $filter, ") AND (r.status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
+                                 'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
+                 OR COALESCE(r.completed_at, r.heartbeat_at) > clock_timestamp() - interval '1 day') \
+              GROUP BY r.run_id, j.source ORDER BY r.started_at")
+    };
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobWrite {
     Applied,
@@ -174,28 +199,17 @@ impl Ledger {
     /// Runs of jobs that a LoadJob owns (non-removed rows with a `LoadJob/…` source): the active ones
     /// and those that ended within a day — older terminal runs no longer change.
     pub async fn mirrored_runs(&self) -> LedgerResult<Vec<MirroredRun>> {
-        Ok(sqlx::query_as(
-            "SELECT r.run_id, r.job_key, r.business_key, r.status, r.version_no, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, \
-                    r.stage_table_name, r.source_count, r.extracted_count, r.staging_count, r.target_count, r.expected_partition_count, \
-                    r.started_at, r.completed_at, r.error_stage, r.error_code, r.error_message, j.source, \
-                    count(p.*) FILTER (WHERE p.status = 'SUCCESS') AS p_succeeded, count(p.*) FILTER (WHERE p.status = 'RUNNING') AS p_running, \
-                    count(p.*) FILTER (WHERE p.status = 'PENDING') AS p_pending, count(p.*) FILTER (WHERE p.status = 'RETRY') AS p_retry, \
-                    count(p.*) FILTER (WHERE p.status = 'FAILED') AS p_failed, count(p.*) FILTER (WHERE p.status = 'TIMED_OUT') AS p_timed_out, \
-                    count(p.*) FILTER (WHERE p.status = 'ABORTED') AS p_aborted, \
-                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'PENDING') AS d_pending, \
-                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'SENT') AS d_sent, \
-                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD') AS d_dead, \
-                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD' AND r.status <> 'CANCELLED' \
-                        AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %') AS d_dead_alerting \
-               FROM nifi_ops.load_run r \
-               JOIN nifi_ops.load_job j ON j.job_key = r.job_key AND j.removed_at IS NULL AND j.source LIKE 'LoadJob/%' \
-               LEFT JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \
-              WHERE r.status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
-                                 'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
-                 OR COALESCE(r.completed_at, r.heartbeat_at) > clock_timestamp() - interval '1 day' \
-              GROUP BY r.run_id, j.source ORDER BY r.started_at",
-        )
-        .fetch_all(&self.pool)
-        .await?)
+        Ok(sqlx::query_as(mirrored_runs_sql!("TRUE"))
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    /// The runs of `ids` that are mirrored (selected as [`Ledger::mirrored_runs`] selects them):
+    /// what a NOTIFY or a LoadRun request asks the mirror to look at, without reading every run.
+    pub async fn mirrored_runs_by_id(&self, ids: &[uuid::Uuid]) -> LedgerResult<Vec<MirroredRun>> {
+        Ok(sqlx::query_as(mirrored_runs_sql!("r.run_id = ANY($1)"))
+            .bind(ids)
+            .fetch_all(&self.pool)
+            .await?)
     }
 }
