@@ -180,3 +180,52 @@ async fn a_change_and_its_event_commit_together_or_not_at_all() {
         "the status change rolled back with its event"
     );
 }
+
+#[tokio::test]
+async fn mirrored_runs_come_page_by_page_each_once_in_order() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let fence = ledger.acquire_epoch("test").await.unwrap();
+    ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({}),
+            "LoadJob/ns/job",
+            Some(1),
+        )
+        .await
+        .unwrap();
+    let mut created = vec![];
+    for n in 0..7 {
+        created.push(
+            ledger
+                .create_run(&new_run(&format!("K{n}")))
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+    let (mut seen, mut after, mut pages) = (vec![], None, 0);
+    loop {
+        let page = ledger.mirrored_runs_page(after, 3).await.unwrap();
+        pages += 1;
+        seen.extend(page.iter().map(|r| r.run_id));
+        match page.last() {
+            Some(last) if page.len() == 3 => after = Some((last.started_at, last.run_id)),
+            _ => break,
+        }
+    }
+    assert_eq!(pages, 3, "3 + 3 + 1");
+    let mut expected = created.clone();
+    expected.sort();
+    let mut got = seen.clone();
+    got.sort();
+    assert_eq!(got, expected, "every run exactly once");
+    let by_id = ledger.mirrored_runs_by_id(&created[2..4]).await.unwrap();
+    assert_eq!(
+        by_id.iter().map(|r| r.run_id).collect::<Vec<_>>(),
+        created[2..4].to_vec()
+    );
+}

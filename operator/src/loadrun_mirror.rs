@@ -197,6 +197,15 @@ pub fn phase_event(
     if previous == Some(run.status.as_str()) {
         return None;
     }
+    // A LoadRun made for a run that ended long ago (the mirror catching up on history) is no
+    // news: an Event each would flood the namespace and the API server.
+    if previous.is_none()
+        && run
+            .completed_at
+            .is_some_and(|t| t < chrono::Utc::now() - chrono::Duration::minutes(10))
+    {
+        return None;
+    }
     let phase = RunStatus::parse(&run.status)?;
     let detail = format!(
         "{} {}",
@@ -264,18 +273,44 @@ pub fn asks_for_action(lr: &LoadRun) -> bool {
     lr.spec.cancel.is_some() || lr.spec.resolution.is_some()
 }
 
-/// The status a write must not go behind (pure): the newer, by `ledgerVersion`, of the stored
-/// LoadRun's status and the status this process last applied (the watch may not have brought
-/// it back yet). Equal versions prefer what was applied.
-pub fn newest_status<'a>(
-    stored: Option<&'a LoadRunStatus>,
-    applied: Option<&'a LoadRunStatus>,
-) -> Option<&'a LoadRunStatus> {
-    match (stored, applied) {
-        (Some(s), Some(a)) if s.ledger_version > a.ledger_version => Some(s),
-        (s, None) => s,
+/// What a write must not go behind (pure): the newer, by `ledgerVersion`, of the LoadRun's
+/// status as the API server last showed it and of what this process last applied (the watch
+/// may lag behind its own writes); equal versions prefer what was applied.
+pub fn newest_known<'a>(
+    observed: Option<&'a Applied>,
+    applied: Option<&'a Applied>,
+) -> Option<&'a Applied> {
+    match (observed, applied) {
+        (Some(o), Some(a)) if o.ledger_version > a.ledger_version => Some(o),
+        (o, None) => o,
         (_, a) => a,
     }
+}
+
+/// The part of a LoadRun the mirror keeps (pure): of the metadata only its names, and of the status only
+/// what a new status is built from (conditions), compared with (dead dispatches) or retention
+/// reads (completedAt). What the full status was is kept as its [`Applied`] digest.
+pub fn compact(lr: &mut LoadRun) -> Option<Applied> {
+    // Of the metadata, what names the object (and its Events) only.
+    let meta = &mut lr.metadata;
+    meta.managed_fields = None;
+    meta.labels = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    meta.creation_timestamp = None;
+    let full = lr.status.take()?;
+    let seen = Applied::of(&full);
+    lr.status = Some(LoadRunStatus {
+        phase: full.phase,
+        ledger_version: full.ledger_version,
+        conditions: full.conditions,
+        dispatches: full.dispatches,
+        // Retention reads it.
+        completed_at: full.completed_at,
+        ..Default::default()
+    });
+    Some(seen)
 }
 
 /// The LoadRuns and LoadJobs of the watched namespaces as their watches last reported them: the
@@ -284,6 +319,8 @@ pub fn newest_status<'a>(
 struct Stores {
     runs: Vec<Store<LoadRun>>,
     jobs: Vec<Store<LoadJob>>,
+    /// Each run's LoadRun status as the watch last delivered it, as a digest.
+    observed: Arc<std::sync::Mutex<HashMap<Uuid, Applied>>>,
 }
 
 impl Stores {
@@ -302,10 +339,33 @@ impl Stores {
     }
 }
 
-/// The mirror's own memory: its stores, and the status it last applied to each run's LoadRun.
+/// What the mirror last applied to a run's LoadRun, small enough to keep for every run: the
+/// watch may not have brought that status back into the store yet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Applied {
+    pub ledger_version: i64,
+    pub phase: String,
+    /// Digest of the whole status, to recognise a write already made.
+    pub digest: u64,
+}
+
+impl Applied {
+    pub fn of(status: &LoadRunStatus) -> Applied {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        serde_json::to_vec(status).unwrap_or_default().hash(&mut h);
+        Applied {
+            ledger_version: status.ledger_version,
+            phase: status.phase.clone(),
+            digest: h.finish(),
+        }
+    }
+}
+
+/// The mirror's own memory: its stores, and what it last applied to each run's LoadRun.
 struct Mirror {
     stores: Stores,
-    applied: std::sync::Mutex<HashMap<Uuid, LoadRunStatus>>,
+    applied: std::sync::Mutex<HashMap<Uuid, Applied>>,
 }
 
 /// Loop 2: ledger → LoadRuns (LISTEN `load_run` names the changed run; LoadRun and LoadJob
@@ -354,12 +414,20 @@ pub async fn run_mirror(
     for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
         let (reader, writer) = reflector::store();
         stores.runs.push(reader);
-        let queue = queue.clone();
+        let (queue, observed) = (queue.clone(), stores.observed.clone());
         wakers.spawn(async move {
             // kube-runtime's default backoff: a missing CRD, a 403 or an API outage must not
             // become a busy loop.
             let mut stream = watcher(api, watcher::Config::default())
                 .default_backoff()
+                // The store holds every LoadRun, so only what the mirror reads (10,000 of them
+                // must fit in the operator's memory limit).
+                .modify(move |lr| {
+                    let seen = compact(lr);
+                    if let (Some(seen), Ok(id)) = (seen, Uuid::parse_str(&lr.spec.run_id)) {
+                        observed.lock().expect("observed lock").insert(id, seen);
+                    }
+                })
                 .reflect(writer)
                 .boxed();
             while let Some(ev) = stream.next().await {
@@ -390,6 +458,7 @@ pub async fn run_mirror(
         wakers.spawn(async move {
             let mut stream = watcher(api, watcher::Config::default())
                 .default_backoff()
+                .modify(|job| job.managed_fields_mut().clear())
                 .reflect(writer)
                 .boxed();
             while let Some(ev) = stream.next().await {
@@ -431,24 +500,18 @@ pub async fn run_mirror(
         if !full && ids.is_empty() {
             continue;
         }
-        let runs = if full {
-            ctx.ledger.mirrored_runs().await
+        let passed = if full {
+            full_pass(&ctx, &fence, &mirror).await
         } else {
-            ctx.ledger.mirrored_runs_by_id(&ids).await
+            match ctx.ledger.mirrored_runs_by_id(&ids).await {
+                Ok(runs) => mirror_pass(&ctx, &fence, &mirror, &runs).await,
+                Err(e) => Err(e.into()),
+            }
         };
-        match runs {
-            Ok(runs) => {
-                if full {
-                    let current: HashSet<Uuid> = runs.iter().map(|r| r.run_id).collect();
-                    mirror
-                        .applied
-                        .lock()
-                        .expect("applied lock")
-                        .retain(|id, _| current.contains(id));
-                }
-                if let Err(e) = mirror_pass(&ctx, &fence, &mirror, &runs).await {
-                    tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns stopped");
-                }
+        match passed {
+            Ok(()) => {}
+            Err(e @ LoopError::NotLeading(_)) => {
+                tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns stopped")
             }
             Err(e) => {
                 // The next wake-up or the periodic resync looks at everything again.
@@ -468,6 +531,37 @@ pub async fn run_mirror(
     wakers.abort_all();
 }
 
+/// Runs a full pass reads at a time.
+const PAGE: i64 = 500;
+
+/// Every mirrored run, page by page (memory bounded by a page, not by the number of runs); then
+/// forgets what it kept about runs no longer mirrored.
+async fn full_pass(ctx: &Context, fence: &Fence, mirror: &Mirror) -> Result<(), LoopError> {
+    let mut current = HashSet::new();
+    let mut after = None;
+    loop {
+        let page = ctx.ledger.mirrored_runs_page(after, PAGE).await?;
+        current.extend(page.iter().map(|r| r.run_id));
+        mirror_pass(ctx, fence, mirror, &page).await?;
+        match page.last() {
+            Some(last) if page.len() as i64 == PAGE => after = Some((last.started_at, last.run_id)),
+            _ => break,
+        }
+    }
+    mirror
+        .applied
+        .lock()
+        .expect("applied lock")
+        .retain(|id, _| current.contains(id));
+    mirror
+        .stores
+        .observed
+        .lock()
+        .expect("observed lock")
+        .retain(|id, _| current.contains(id));
+    Ok(())
+}
+
 /// Mirrors `runs`, at most [`WRITE_CONCURRENCY`] at once. One run's failure never stops the
 /// others (it backs off on its own); losing leadership stops every write.
 async fn mirror_pass(
@@ -476,13 +570,11 @@ async fn mirror_pass(
     mirror: &Mirror,
     runs: &[MirroredRun],
 ) -> Result<(), LoopError> {
-    // The futures are made first: a stream holding a closure over borrowed runs is not `Send`
-    // for every lifetime, which `tokio::spawn` needs.
-    let writes: Vec<_> = runs
-        .iter()
-        .map(|run| mirror_one(ctx, fence, mirror, run))
-        .collect();
-    let results: Vec<Result<(), LoopError>> = futures::stream::iter(writes)
+    // Made one at a time as slots free up (a future per run made up front would hold every
+    // run's state at once); indexed, because a stream of closures over borrowed runs is not
+    // `Send` for every lifetime, which `tokio::spawn` needs.
+    let results: Vec<Result<(), LoopError>> = futures::stream::iter(0..runs.len())
+        .map(|i| mirror_one(ctx, fence, mirror, &runs[i]))
         .buffer_unordered(WRITE_CONCURRENCY)
         .collect()
         .await;
@@ -601,12 +693,21 @@ async fn mirror_run(
         .lock()
         .expect("applied lock")
         .get(&run.run_id)
-        .cloned();
-    let previous = newest_status(
-        existing.status.as_ref(),
-        applied.as_ref().filter(|_| stored.is_some()),
-    );
-    if previous.is_some_and(|p| p.ledger_version > run.version_no as i64) {
+        .cloned()
+        // A LoadRun just created has no status, whatever an earlier one had.
+        .filter(|_| stored.is_some());
+    let observed = mirror
+        .stores
+        .observed
+        .lock()
+        .expect("observed lock")
+        .get(&run.run_id)
+        .cloned()
+        .filter(|_| stored.is_some());
+    // The kept part of the status: conditions and dead dispatches.
+    let previous = existing.status.as_ref();
+    let known = newest_known(observed.as_ref(), applied.as_ref());
+    if known.is_some_and(|k| k.ledger_version > run.version_no as i64) {
         // Read before a newer change was mirrored: never write an older state over a newer one.
         return Ok(());
     }
@@ -630,8 +731,9 @@ async fn mirror_run(
         refusal.as_deref().unwrap_or(""),
         None,
     );
-    if previous == Some(&status) {
-        return Ok(());
+    let applying = Applied::of(&status);
+    if known.is_some_and(|k| k.digest == applying.digest) {
+        return Ok(()); // unchanged (or written already, and the watch has not brought it back)
     }
     ctx.still_leads(fence)?;
     if newly_refused && let Some(why) = &refusal {
@@ -645,7 +747,7 @@ async fn mirror_run(
         )
         .await;
     }
-    if let Some((type_, reason, note)) = phase_event(previous.map(|p| p.phase.as_str()), run) {
+    if let Some((type_, reason, note)) = phase_event(known.map(|k| k.phase.as_str()), run) {
         publish(ctx, &existing, type_, reason, note, "Mirror").await;
     }
     if run.d_dead_alerting > previous.map_or(0, |p| p.dispatches.dead)
@@ -677,7 +779,7 @@ async fn mirror_run(
         .applied
         .lock()
         .expect("applied lock")
-        .insert(run.run_id, status);
+        .insert(run.run_id, applying);
     Ok(())
 }
 
@@ -724,23 +826,83 @@ mod tests {
     }
 
     #[test]
-    fn the_newest_status_wins_and_what_was_applied_breaks_ties() {
-        let at = |v: i64, phase: &str| LoadRunStatus {
-            ledger_version: v,
-            phase: phase.into(),
+    fn the_newest_known_version_wins_and_what_was_applied_breaks_ties() {
+        let at = |v: i64, phase: &str| {
+            Applied::of(&LoadRunStatus {
+                ledger_version: v,
+                phase: phase.into(),
+                ..Default::default()
+            })
+        };
+        let (observed, applied) = (at(3, "EXTRACTING"), at(4, "EXTRACTED_VALIDATED"));
+        assert_eq!(
+            newest_known(Some(&observed), Some(&applied)),
+            Some(&applied)
+        );
+        let newer = at(5, "STAGE_VALIDATING");
+        assert_eq!(newest_known(Some(&newer), Some(&applied)), Some(&newer));
+        let tie = at(4, "STALE_COPY");
+        assert_eq!(newest_known(Some(&tie), Some(&applied)), Some(&applied));
+        assert_eq!(newest_known(Some(&observed), None), Some(&observed));
+        assert_eq!(newest_known(None, None), None);
+        assert_ne!(observed.digest, newer.digest);
+    }
+
+    #[test]
+    fn the_kept_loadrun_holds_what_a_new_status_is_built_from() {
+        let mut lr = LoadRun::new(
+            "r",
+            LoadRunSpec {
+                job_key: "J".into(),
+                business_key: "b".into(),
+                run_id: "00000000-0000-0000-0000-000000000001".into(),
+                cancel: None,
+                resolution: None,
+            },
+        );
+        let full = LoadRunStatus {
+            phase: "EXTRACTING".into(),
+            ledger_version: 7,
+            hdfs_run_path: Some("/data/J/run_id=1".into()),
+            partitions_summary: "3/8 succeeded".into(),
+            completed_at: Some("2026-12-01T10:00:00Z".into()),
+            dispatches: DispatchCounts {
+                dead: 1,
+                ..Default::default()
+            },
             ..Default::default()
         };
-        let (stored, applied) = (at(3, "EXTRACTING"), at(4, "EXTRACTED_VALIDATED"));
-        assert_eq!(newest_status(Some(&stored), Some(&applied)), Some(&applied));
-        assert_eq!(newest_status(Some(&applied), Some(&stored)), Some(&applied));
-        let same = at(4, "EXTRACTED_VALIDATED");
-        assert!(std::ptr::eq(
-            newest_status(Some(&same), Some(&applied)).unwrap(),
-            &applied
-        ));
-        assert_eq!(newest_status(Some(&stored), None), Some(&stored));
-        assert_eq!(newest_status(None, Some(&applied)), Some(&applied));
-        assert_eq!(newest_status(None, None), None);
+        lr.status = Some(full.clone());
+        lr.metadata.managed_fields = Some(vec![Default::default()]);
+        let seen = compact(&mut lr).expect("a status");
+        assert_eq!(seen, Applied::of(&full), "the digest is of the full status");
+        let kept = lr.status.as_ref().unwrap();
+        assert_eq!(kept.completed_at, full.completed_at, "retention reads it");
+        assert_eq!(
+            (
+                kept.phase.as_str(),
+                kept.ledger_version,
+                kept.dispatches.dead
+            ),
+            ("EXTRACTING", 7, 1)
+        );
+        assert_eq!(
+            (
+                kept.hdfs_run_path.as_deref(),
+                kept.partitions_summary.as_str()
+            ),
+            (None, "")
+        );
+        assert!(
+            lr.metadata
+                .managed_fields
+                .as_ref()
+                .is_none_or(Vec::is_empty)
+        );
+        assert!(lr.metadata.managed_fields.is_none() && lr.metadata.owner_references.is_none());
+        assert_eq!(lr.metadata.name.as_deref(), Some("r"));
+        lr.status = None;
+        assert_eq!(compact(&mut lr), None);
     }
 
     #[test]

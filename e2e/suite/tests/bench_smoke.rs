@@ -1,7 +1,7 @@
 //! load-bench (issue 12) as shipped: its `main`, on the debug binaries, with `--quick` sizes. It
 //! asserts that every scenario ran and that what it measured is a real outcome (runs finished,
 //! the run completed exactly once, every dispatch arrived, the cancel and the failure applied,
-//! the MultiXact figure read) — never the figures themselves, which scripts/bench produces.
+//! the MultiXact figure read, every mirrored change seen on its LoadRun) — never the figures themselves, which scripts/bench produces.
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -72,6 +72,15 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
     let rss = &by["rss"];
     assert_eq!(rss.len(), 2, "idle and after load");
     assert!(rss[1]["api_server"]["peak_kib"].as_u64().unwrap() > 0);
+    let mirror = one("mirror");
+    assert_eq!(
+        mirror["changes_seen"], mirror["changes"],
+        "every change reached its LoadRun: {mirror}"
+    );
+    assert!(
+        mirror["api_requests_per_change"].as_f64().unwrap() > 0.0,
+        "{mirror}"
+    );
     let mx = one("multixact");
     assert_eq!(mx["failed"], 0, "{mx}");
     assert!(mx["multixacts_consumed"].as_i64().unwrap() >= 0);

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 /// The mirror's view of runs (LoadJob-owned; active, or ended within a day), narrowed by `$filter`.
 macro_rules! mirrored_runs_sql {
-    ($filter:literal) => {
+    ($filter:literal, $tail:literal) => {
         concat!("SELECT r.run_id, r.job_key, r.business_key, r.status, r.version_no, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, \
                     r.stage_table_name, r.source_count, r.extracted_count, r.staging_count, r.target_count, r.expected_partition_count, \
                     r.started_at, r.completed_at, r.error_stage, r.error_code, r.error_message, j.source, \
@@ -28,7 +28,7 @@ macro_rules! mirrored_runs_sql {
               WHERE (", $filter, ") AND (r.status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
                                  'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
                  OR COALESCE(r.completed_at, r.heartbeat_at) > clock_timestamp() - interval '1 day') \
-              GROUP BY r.run_id, j.source ORDER BY r.started_at")
+              GROUP BY r.run_id, j.source ORDER BY r.started_at, r.run_id", $tail)
     };
 }
 
@@ -198,16 +198,39 @@ impl Ledger {
 
     /// Runs of jobs that a LoadJob owns (non-removed rows with a `LoadJob/…` source): the active ones
     /// and those that ended within a day — older terminal runs no longer change.
-    pub async fn mirrored_runs(&self) -> LedgerResult<Vec<MirroredRun>> {
-        Ok(sqlx::query_as(mirrored_runs_sql!("TRUE"))
-            .fetch_all(&self.pool)
-            .await?)
+    /// One page of the mirrored runs: at most `limit`, in (started_at, run_id) order, after
+    /// `after` (the last run of the previous page). A full pass reads page by page, so its
+    /// memory does not grow with the number of runs.
+    pub async fn mirrored_runs_page(
+        &self,
+        after: Option<(DateTime<Utc>, uuid::Uuid)>,
+        limit: i64,
+    ) -> LedgerResult<Vec<MirroredRun>> {
+        Ok(match after {
+            None => {
+                sqlx::query_as(mirrored_runs_sql!("TRUE", " LIMIT $1"))
+                    .bind(limit)
+                    .fetch_all(&self.pool)
+                    .await?
+            }
+            Some((started, run)) => {
+                sqlx::query_as(mirrored_runs_sql!(
+                    "(r.started_at, r.run_id) > ($2, $3)",
+                    " LIMIT $1"
+                ))
+                .bind(limit)
+                .bind(started)
+                .bind(run)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        })
     }
 
-    /// The runs of `ids` that are mirrored (selected as [`Ledger::mirrored_runs`] selects them):
+    /// The runs of `ids` that are mirrored (selected as [`Ledger::mirrored_runs_page`] selects them):
     /// what a NOTIFY or a LoadRun request asks the mirror to look at, without reading every run.
     pub async fn mirrored_runs_by_id(&self, ids: &[uuid::Uuid]) -> LedgerResult<Vec<MirroredRun>> {
-        Ok(sqlx::query_as(mirrored_runs_sql!("r.run_id = ANY($1)"))
+        Ok(sqlx::query_as(mirrored_runs_sql!("r.run_id = ANY($1)", ""))
             .bind(ids)
             .fetch_all(&self.pool)
             .await?)

@@ -2,6 +2,7 @@
 //! of its own at the durable defaults, the release api-server and one standalone operator, PG-05
 //! as strict as NiFi, `pgbench -N` as the ceiling, then the scenarios of [`scenarios`].
 pub mod client;
+pub mod mirror;
 pub mod procstat;
 pub mod scenarios;
 
@@ -75,7 +76,10 @@ pub struct Bench {
     pub client: Client,
     pub dispatches: Arc<Dispatches>,
     _receiver: Receiver,
-    logs: PathBuf,
+    pub logs: PathBuf,
+    /// The configuration file both processes run with.
+    pub config: PathBuf,
+    pub bin_dir: PathBuf,
 }
 
 fn hash_token(api_bin: &Path, token: &str) -> anyhow::Result<String> {
@@ -189,6 +193,8 @@ impl Bench {
             operator,
             dispatches,
             _receiver: receiver,
+            config: config.clone(),
+            bin_dir: opts.bin_dir.clone(),
             logs,
         };
         bench.await_leader(Duration::from_secs(30)).await?;

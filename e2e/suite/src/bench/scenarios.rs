@@ -27,6 +27,7 @@ pub struct Sizes {
     pub pgbench_seconds: u64,
     /// Bound of every scenario that waits for the system.
     pub timeout: Duration,
+    pub mirror: super::mirror::MirrorSizes,
 }
 
 impl Sizes {
@@ -47,6 +48,13 @@ impl Sizes {
             multixact_outcomes: 100_000,
             pgbench_seconds: 15,
             timeout: Duration::from_secs(600),
+            mirror: super::mirror::MirrorSizes {
+                runs: 10_000,
+                active: 1_000,
+                changes: 500,
+                changes_per_second: 25.0,
+                timeout: Duration::from_secs(900),
+            },
         }
     }
 
@@ -67,6 +75,13 @@ impl Sizes {
             multixact_outcomes: 400,
             pgbench_seconds: 2,
             timeout: Duration::from_secs(60),
+            mirror: super::mirror::MirrorSizes {
+                runs: 60,
+                active: 10,
+                changes: 10,
+                changes_per_second: 10.0,
+                timeout: Duration::from_secs(30),
+            },
         }
     }
 }

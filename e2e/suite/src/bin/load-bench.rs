@@ -15,6 +15,7 @@ const SCENARIOS: &[&str] = &[
     "storm",
     "rss",
     "multixact",
+    "mirror",
 ];
 
 #[derive(Parser, Debug)]
@@ -25,7 +26,8 @@ const SCENARIOS: &[&str] = &[
 and a PG-05 receiver as strict as NiFi. Then: pgbench -N at each client count (the ceiling), the full lifecycle \
 at each client count, completion scaling (one run of 10…10,000 partitions), a 10,000-partition manifest, dispatch \
 latency idle (and under load, from the lifecycle), a cancel and a partition /fail during a chunk storm, RSS idle and \
-at peak, and MultiXact growth over the dispatcher's fenced outcomes. Everything listens on 127.0.0.1 and every loop \
+at peak, MultiXact growth over the dispatcher's fenced outcomes, and the LoadRun mirror at scale (the operator in \
+Kubernetes mode against a private kube-apiserver: scripts/controlplane-build, LC_CONTROLPLANE_BIN). Everything listens on 127.0.0.1 and every loop \
 is bounded in count and time."
 )]
 struct Args {
@@ -33,7 +35,7 @@ struct Args {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Scenarios to run, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,multixact",
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,multixact,mirror",
           value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     only: Vec<String>,
     /// Concurrent clients of pgbench and the lifecycle, comma-separated
@@ -169,6 +171,15 @@ async fn main() -> anyhow::Result<()> {
                 s.multixact_outcomes
             );
             emit(&scenarios::multixact(&mut bench, &s, 16).await?);
+        }
+        if run("mirror") {
+            eprintln!(
+                "load-bench: LoadRun mirror with {} runs ({} active) against a kube-apiserver",
+                s.mirror.runs, s.mirror.active
+            );
+            // One leader: the standalone operator gives way to the one in Kubernetes mode.
+            bench.operator.stop();
+            emit(&e2e::bench::mirror::mirror(&bench, &s.mirror).await?);
         }
         anyhow::Ok(())
     }
