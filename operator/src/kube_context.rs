@@ -53,6 +53,9 @@ pub struct Context {
     pub scope: crate::scope::WatchScope,
     /// Finished LoadRuns older than this are deleted (etcd does not grow without limit).
     pub loadrun_retention: Duration,
+    /// This installation's instance label value, if it has one (two installations that watch
+    /// the same namespaces tell their objects apart by it).
+    pub instance: Option<String>,
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Consecutive reconcile failures per LoadJob (namespace/name), for the error policy.
     pub job_failures: std::sync::Mutex<HashMap<String, u32>>,

@@ -11,7 +11,6 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::watcher;
 use ledger::settings::Thresholds;
 use ledger::{Fence, JobWrite};
 use serde_json::{Map, Value, json};
@@ -279,10 +278,11 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
     let runs = ctx.scope.apis::<LoadRun>(&ctx.client);
     let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
         let mut shutdown = shutdown.clone();
-        Controller::new(jobs, watcher::Config::default())
+        let watched = crate::scope::watcher_config(ctx.instance.as_deref());
+        Controller::new(jobs, watched.clone())
             // A LoadRun changing phase refreshes its owner's activeRun/lastRun at once instead
             // of at the next periodic requeue; bursts of status patches are debounced.
-            .owns(runs, watcher::Config::default())
+            .owns(runs, watched)
             .with_config(
                 kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)),
             )

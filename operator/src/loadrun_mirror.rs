@@ -411,14 +411,15 @@ pub async fn run_mirror(
         });
     }
     let mut stores = Stores::default();
+    let watched = crate::scope::watcher_config(ctx.instance.as_deref());
     for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
         let (reader, writer) = reflector::store();
         stores.runs.push(reader);
-        let (queue, observed) = (queue.clone(), stores.observed.clone());
+        let (queue, observed, watched) = (queue.clone(), stores.observed.clone(), watched.clone());
         wakers.spawn(async move {
             // kube-runtime's default backoff: a missing CRD, a 403 or an API outage must not
             // become a busy loop.
-            let mut stream = watcher(api, watcher::Config::default())
+            let mut stream = watcher(api, watched)
                 .default_backoff()
                 // The store holds every LoadRun, so only what the mirror reads (10,000 of them
                 // must fit in the operator's memory limit).
@@ -455,8 +456,9 @@ pub async fn run_mirror(
     for api in ctx.scope.apis::<LoadJob>(&ctx.client) {
         let (reader, writer) = reflector::store();
         stores.jobs.push(reader);
+        let watched = watched.clone();
         wakers.spawn(async move {
-            let mut stream = watcher(api, watcher::Config::default())
+            let mut stream = watcher(api, watched)
                 .default_backoff()
                 .modify(|job| job.managed_fields_mut().clear())
                 .reflect(writer)
@@ -662,7 +664,13 @@ async fn mirror_run(
                             "loadcontrol.io/job-key".to_string(),
                             crds::names::job_key_label(&run.job_key),
                         )]
-                        .into(),
+                        .into_iter()
+                        .chain(
+                            ctx.instance
+                                .as_ref()
+                                .map(|i| (crate::scope::INSTANCE_LABEL.to_string(), i.clone())),
+                        )
+                        .collect(),
                     ),
                     ..Default::default()
                 },

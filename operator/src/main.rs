@@ -44,6 +44,12 @@ struct Cli {
     /// runs). Durations as in the configuration: 7d, 36h, P14D, seconds.
     #[arg(long, env = "LOADRUN_RETENTION", default_value = "7d", value_parser = parse_retention)]
     loadrun_retention: std::time::Duration,
+    /// This installation's name (Kubernetes mode). Only LoadJobs labelled
+    /// loadcontrol.io/instance=<NAME> are its own, and its LoadRuns carry that label: two
+    /// installations that watch the same namespaces never touch each other's objects. The chart
+    /// sets it to the release name when `instance.selector` is true.
+    #[arg(long, env = "LC_INSTANCE", value_name = "NAME", value_parser = lcoperator::scope::valid_instance)]
+    instance: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -69,6 +75,7 @@ async fn release_finalizers(
     namespace: &str,
     stop: Option<&str>,
     scope: &lcoperator::scope::WatchScope,
+    instance: Option<&str>,
 ) -> anyhow::Result<()> {
     lcconfig::logging::init(&Default::default());
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -84,7 +91,7 @@ async fn release_finalizers(
         )
         .await?;
     }
-    let n = lcoperator::uninstall::release_finalizers(client, scope).await?;
+    let n = lcoperator::uninstall::release_finalizers(client, scope, instance).await?;
     tracing::info!(
         event = "finalizers_released",
         count = n,
@@ -96,7 +103,13 @@ async fn release_finalizers(
 async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(Command::ReleaseFinalizers { stop_deployment }) = &cli.command {
         let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
-        return release_finalizers(&cli.namespace, stop_deployment.as_deref(), &scope).await;
+        return release_finalizers(
+            &cli.namespace,
+            stop_deployment.as_deref(),
+            &scope,
+            cli.instance.as_deref(),
+        )
+        .await;
     }
     let config = Config::load(&config_path(cli.config.as_deref()), std::env::vars())?;
     config.validate()?;
@@ -136,6 +149,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             lcoperator::process::KubeOptions {
                 scope,
                 loadrun_retention: cli.loadrun_retention,
+                instance: cli.instance.clone(),
             },
         )?
     };

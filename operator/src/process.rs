@@ -21,6 +21,9 @@ pub struct KubeOptions {
     pub scope: crate::scope::WatchScope,
     /// A LoadRun whose run ended longer ago than this is deleted (the ledger keeps the run).
     pub loadrun_retention: Duration,
+    /// With an instance, only LoadJobs labelled `loadcontrol.io/instance=<instance>` are this
+    /// installation's, and its LoadRuns carry that label.
+    pub instance: Option<String>,
 }
 
 impl Default for KubeOptions {
@@ -28,6 +31,7 @@ impl Default for KubeOptions {
         KubeOptions {
             scope: Default::default(),
             loadrun_retention: Duration::from_secs(7 * 86400),
+            instance: None,
         }
     }
 }
@@ -122,6 +126,7 @@ impl Operator {
             job_failures: Default::default(),
             scope: options.scope,
             loadrun_retention: options.loadrun_retention,
+            instance: options.instance,
         });
         let listen = config
             .database

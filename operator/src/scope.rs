@@ -84,6 +84,37 @@ pub async fn check_kinds_served(client: &Client, scope: &WatchScope) -> anyhow::
     one(scope.apis::<crds::LoadRun>(client), "LoadRun", scope).await
 }
 
+/// The label that ties LoadJobs and LoadRuns to one installation (`--instance`).
+pub const INSTANCE_LABEL: &str = "loadcontrol.io/instance";
+
+/// Whether `name` can be an instance: a Kubernetes label value (pure).
+pub fn valid_instance(name: &str) -> Result<String, String> {
+    let ok = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if ok {
+        Ok(name.to_string())
+    } else {
+        Err(format!(
+            "{name:?} is not a label value (1-63 of A-Z a-z 0-9 - _ ., starting and ending alphanumeric)"
+        ))
+    }
+}
+
+/// Watches of one installation: with an instance, only the objects labelled with it.
+pub fn watcher_config(instance: Option<&str>) -> kube::runtime::watcher::Config {
+    match instance {
+        Some(i) => {
+            kube::runtime::watcher::Config::default().labels(&format!("{INSTANCE_LABEL}={i}"))
+        }
+        None => Default::default(),
+    }
+}
+
 impl std::fmt::Display for WatchScope {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

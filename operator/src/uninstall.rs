@@ -79,10 +79,18 @@ pub async fn stop_deployment(
 }
 
 /// Removes our finalizer from every LoadJob that carries it; returns how many were released.
-pub async fn release_finalizers(client: Client, scope: &WatchScope) -> anyhow::Result<usize> {
+pub async fn release_finalizers(
+    client: Client,
+    scope: &WatchScope,
+    instance: Option<&str>,
+) -> anyhow::Result<usize> {
+    let mut list = ListParams::default();
+    if let Some(i) = instance {
+        list = list.labels(&format!("{}={i}", crate::scope::INSTANCE_LABEL));
+    }
     let mut jobs = vec![];
     for api in scope.apis::<LoadJob>(&client) {
-        jobs.extend(api.list(&ListParams::default()).await?.items);
+        jobs.extend(api.list(&list).await?.items);
     }
     let mut released = 0;
     for job in jobs {

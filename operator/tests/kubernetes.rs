@@ -1067,3 +1067,109 @@ async fn loadruns_past_retention_are_deleted() {
     assert!(api.get_opt("recent-run").await.unwrap().is_some());
     assert!(api.get_opt("active-run").await.unwrap().is_some());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_instances_watching_one_namespace_never_touch_each_others_objects() {
+    let c = cluster().await;
+    // Installation b: its own ledger and its own Lease namespace, the same watched namespace.
+    let other =
+        Env::start(|cfg| cfg.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
+    let lease_b = c.cp.create_namespace("lc-b").await.unwrap();
+    let start = async |env: &Env, lease_ns: &str, instance: &str| {
+        Operator::start_kubernetes(
+            &env.config,
+            env.ledger.clone(),
+            c.cp.client().await.unwrap(),
+            lease_ns,
+            instance,
+            KubeOptions {
+                scope: WatchScope::Namespaces(vec![c.ns.clone()]),
+                instance: Some(instance.into()),
+                ..Default::default()
+            },
+        )
+        .unwrap()
+    };
+    let a = start(&c.env, &c.ns, "a").await;
+    let b = start(&other, &lease_b, "b").await;
+    let job = |name: &str, key: &str, instance: Option<&str>| {
+        let labels = instance
+            .map(|i| format!("\n  labels: {{loadcontrol.io/instance: {i}}}"))
+            .unwrap_or_default();
+        format!(
+            "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata:\n  name: {name}{labels}\nspec:\n  jobKey: {key}\n"
+        )
+    };
+    c.apply(&job("ja", "JA", Some("a")));
+    c.apply(&job("jb", "JB", Some("b")));
+    c.apply(&job("jn", "JN", None));
+    let row = async |env: &Env, key: &'static str| -> Option<String> {
+        sqlx::query_scalar("SELECT source FROM nifi_ops.load_job WHERE job_key = $1")
+            .bind(key)
+            .fetch_optional(&mut env.conn().await)
+            .await
+            .unwrap()
+    };
+    let ns = c.ns.clone();
+    assert_eq!(
+        eventually("JA in a's ledger", Duration::from_secs(20), || row(
+            &c.env, "JA"
+        ))
+        .await,
+        format!("LoadJob/{ns}/ja")
+    );
+    assert_eq!(
+        eventually("JB in b's ledger", Duration::from_secs(20), || row(
+            &other, "JB"
+        ))
+        .await,
+        format!("LoadJob/{ns}/jb")
+    );
+    for name in ["ja", "jb"] {
+        eventually(
+            &format!("{name} Ready"),
+            Duration::from_secs(20),
+            || async {
+                c.condition(name, "Ready")
+                    .await
+                    .filter(|(s, _)| s == "True")
+            },
+        )
+        .await;
+    }
+    // A run of a's job becomes a LoadRun carrying a's label.
+    let (status, created) = c
+        .post("/v1/runs", json!({"jobKey": "JA", "businessKey": "K", "hdfsRoot": "/data", "stageTablePrefix": "t_"}))
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let run = Uuid::parse_str(created["runId"].as_str().unwrap()).unwrap();
+    let lr = c.wait_phase(run, "CREATED").await;
+    assert_eq!(
+        lr.metadata
+            .labels
+            .unwrap_or_default()
+            .get("loadcontrol.io/instance")
+            .map(String::as_str),
+        Some("a")
+    );
+    // Neither installation wrote the other's jobs (or the unlabelled one) into its ledger, and
+    // each LoadJob carries one finalizer: its own installation's.
+    for key in ["JB", "JN"] {
+        assert_eq!(row(&c.env, key).await, None, "{key} in a's ledger");
+    }
+    for key in ["JA", "JN"] {
+        assert_eq!(row(&other, key).await, None, "{key} in b's ledger");
+    }
+    let jobs = Api::<LoadJob>::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    for name in ["ja", "jb"] {
+        let j = jobs.get(name).await.unwrap();
+        assert_eq!(j.metadata.finalizers.unwrap_or_default().len(), 1, "{name}");
+    }
+    let jn = jobs.get("jn").await.unwrap();
+    assert!(
+        jn.status.is_none() && jn.metadata.finalizers.is_none(),
+        "nobody's LoadJob is left alone"
+    );
+    a.stop().await.unwrap();
+    b.stop().await.unwrap();
+}

@@ -57,6 +57,15 @@ app.kubernetes.io/component: server
   value: {{ join "," .Values.watchNamespaces | quote }}
 - name: LOADRUN_RETENTION
   value: {{ .Values.operator.loadRunRetention | quote }}
+{{- include "load-control.instanceEnv" . }}
+{{- end -}}
+
+{{/* The instance label value when instanceSelector is on: the release name. */}}
+{{- define "load-control.instanceEnv" -}}
+{{- if .Values.instanceSelector }}
+- name: LC_INSTANCE
+  value: {{ .Release.Name | quote }}
+{{- end }}
 {{- end -}}
 
 {{- define "load-control.securityContext" -}}
