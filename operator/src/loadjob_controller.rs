@@ -7,10 +7,14 @@ use crate::kube_context::{
 use crds::names::load_run_name;
 use crds::{LoadJob, LoadRun, RecentCounts, RunRef};
 use futures::StreamExt;
-use kube::ResourceExt;
+use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch};
+use kube::core::DeserializeGuard;
+use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
 use ledger::settings::Thresholds;
 use ledger::{Fence, JobWrite};
 use serde_json::{Map, Value, json};
@@ -110,9 +114,26 @@ pub(crate) fn source_of(job: &LoadJob) -> String {
     )
 }
 
-async fn reconcile_job(job: Arc<LoadJob>, ctx: Arc<Context>) -> Result<Action, LoopError> {
+/// A LoadJob as watched: one that cannot be read (written under an older or hand-edited CRD)
+/// stays that object's problem, reported on it, instead of breaking the watch of all of them.
+type GuardedJob = DeserializeGuard<LoadJob>;
+
+async fn reconcile_job(guarded: Arc<GuardedJob>, ctx: Arc<Context>) -> Result<Action, LoopError> {
     let started = std::time::Instant::now();
-    let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
+    let key = format!(
+        "{}/{}",
+        guarded.namespace().unwrap_or_default(),
+        guarded.name_any()
+    );
+    let job = match &guarded.0 {
+        Ok(job) => Arc::new(job.clone()),
+        Err(invalid) => {
+            report_unreadable(&ctx, invalid).await;
+            ctx.metrics
+                .reconciled("loadjob", "invalid", started.elapsed().as_secs_f64());
+            return Ok(Action::await_change());
+        }
+    };
     let result = reconcile_job_once(job, &ctx).await;
     let outcome = match &result {
         Ok(_) => {
@@ -124,6 +145,38 @@ async fn reconcile_job(job: Arc<LoadJob>, ctx: Arc<Context>) -> Result<Action, L
     ctx.metrics
         .reconciled("loadjob", outcome, started.elapsed().as_secs_f64());
     result
+}
+
+/// A Warning Event on a LoadJob that cannot be read, once per change of it (leader only).
+async fn report_unreadable(ctx: &Context, invalid: &InvalidObject) {
+    if ctx.fence.borrow().is_none() {
+        return;
+    }
+    let meta = &invalid.metadata;
+    tracing::warn!(event = "loadjob_unreadable", namespace = ?meta.namespace, name = ?meta.name,
+        error = %invalid.error, "a LoadJob cannot be read; it is skipped until it changes");
+    let reference = ObjectReference {
+        api_version: Some(LoadJob::api_version(&()).to_string()),
+        kind: Some(LoadJob::kind(&()).to_string()),
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Default::default()
+    };
+    let ev = KubeEvent {
+        type_: EventType::Warning,
+        reason: "InvalidObject".into(),
+        note: Some(format!(
+            "this LoadJob cannot be read and is ignored until it changes: {}",
+            invalid.error
+        )),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+        tracing::warn!(event = "kube_event_error", error = %e, "publishing a Kubernetes Event failed");
+    }
 }
 
 async fn reconcile_job_once(job: Arc<LoadJob>, ctx: &Arc<Context>) -> Result<Action, LoopError> {
@@ -251,7 +304,7 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
     Ok(Action::requeue(Duration::from_secs(300)))
 }
 
-fn error_policy(job: Arc<LoadJob>, error: &LoopError, ctx: Arc<Context>) -> Action {
+fn error_policy(job: Arc<GuardedJob>, error: &LoopError, ctx: Arc<Context>) -> Action {
     let key = format!("{}/{}", job.namespace().unwrap_or_default(), job.name_any());
     let failures = {
         let mut f = ctx.job_failures.lock().expect("failures lock");
@@ -274,7 +327,7 @@ fn error_policy(job: Arc<LoadJob>, error: &LoopError, ctx: Arc<Context>) -> Acti
 
 /// Loop 1: the LoadJob controller, until `shutdown`.
 pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
-    let jobs = ctx.scope.apis::<LoadJob>(&ctx.client);
+    let jobs = ctx.scope.apis::<GuardedJob>(&ctx.client);
     let runs = ctx.scope.apis::<LoadRun>(&ctx.client);
     let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
         let mut shutdown = shutdown.clone();

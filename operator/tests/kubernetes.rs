@@ -1173,3 +1173,103 @@ async fn two_instances_watching_one_namespace_never_touch_each_others_objects() 
     a.stop().await.unwrap();
     b.stop().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_loadjob_is_reported_and_holds_up_no_other() {
+    let c = cluster().await;
+    // A LoadJob the operator cannot read: written while a looser CRD (older, or hand-edited)
+    // was installed. The loose CRD accepts any spec.
+    let (_, yaml) = crds::crd_yaml()
+        .into_iter()
+        .find(|(name, _)| name.starts_with("loadjobs"))
+        .unwrap();
+    let mut crd: Value = serde_yaml::from_str(&yaml).unwrap();
+    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    schema["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("x-kubernetes-validations");
+    }
+    let loose = serde_json::to_string(&crd).unwrap();
+    let out = {
+        use std::io::Write;
+        let mut child =
+            c.cp.kubectl()
+                .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(loose.as_bytes())
+            .unwrap();
+        child.wait_with_output().unwrap()
+    };
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let op = c.operator("guard").await;
+    let broken = "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: broken}\nspec:\n  jobKey: 12345\n  recovery: {mode: [not, a, mode]}\n";
+    // The API server takes the loose schema up a moment after the CRD update.
+    eventually(
+        "the loose CRD accepts it",
+        Duration::from_secs(20),
+        || async {
+            use std::io::Write;
+            let mut child =
+                c.cp.kubectl()
+                    .args(["apply", "-n", &c.ns, "-f", "-"])
+                    .stdin(std::process::Stdio::piped())
+                    .stdout(std::process::Stdio::null())
+                    .stderr(std::process::Stdio::null())
+                    .spawn()
+                    .ok()?;
+            child.stdin.take()?.write_all(broken.as_bytes()).ok()?;
+            child.wait().ok()?.success().then_some(())
+        },
+    )
+    .await;
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: fine}\nspec:\n  jobKey: FINE\n");
+    eventually(
+        "the readable LoadJob Ready",
+        Duration::from_secs(20),
+        || async {
+            c.condition("fine", "Ready")
+                .await
+                .filter(|(s, _)| s == "True")
+        },
+    )
+    .await;
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    let note = eventually(
+        "an InvalidObject Event on the unreadable LoadJob",
+        Duration::from_secs(20),
+        || async {
+            events
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some("InvalidObject")
+                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("broken")
+                })
+                .and_then(|e| e.note)
+        },
+    )
+    .await;
+    assert!(note.contains("cannot be read"), "{note}");
+    assert!(
+        c.job_row("12345").await.is_none(),
+        "nothing of it reached the ledger"
+    );
+    op.stop().await.unwrap();
+}
