@@ -51,6 +51,14 @@ def figures(by):
         out[f"RSS MiB {d['when']}: api-server (peak) / operator (peak)"] = (
             f"{a.get('rss_kib', 0) / 1024:.1f} ({a.get('peak_kib', 0) / 1024:.1f}) / "
             f"{o.get('rss_kib', 0) / 1024:.1f} ({o.get('peak_kib', 0) / 1024:.1f})")
+    for d in by.get("mirror", []):
+        lag = d["lag_ms"]
+        out[f"mirror: {d['runs']} runs ({d['active']} active), initial sync s"] = f"{d['initial_sync_s']}"
+        out["mirror: lag p50/p99 ms"] = f"{lag.get('p50')} / {lag.get('p99')}"
+        out["mirror: API requests per change"] = f"{d['api_requests_per_change']}"
+        out["mirror: operator RSS MiB (peak)"] = (
+            f"{(d.get('operator_rss_kib') or 0) / 1024:.0f} ({(d.get('operator_peak_kib') or 0) / 1024:.0f})")
+        out["mirror: operator CPU ms per change"] = f"{d['operator_cpu_ms_per_change']}"
     for d in by.get("multixact", []):
         out[f"MultiXacts per 1,000 fenced dispatcher outcomes ({d['outcomes']} outcomes)"] = f"{d['per_1000_outcomes']}"
     return out
