@@ -8,4 +8,5 @@ pub mod metrics;
 pub mod openapi;
 pub mod requests;
 pub mod server;
+pub mod tls;
 pub use lcconfig::{config, logging};

@@ -146,12 +146,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.server.port = *p;
             }
             config.validate()?;
-            // Serving plain HTTP while TLS was asked for would be worse than refusing.
-            anyhow::ensure!(
-                config.server.ssl_certfile.is_none(),
-                "invalid configuration at `server.ssl_certfile`: TLS termination in the api-server is not implemented yet; \
-                 terminate TLS at the ingress or proxy"
-            );
+            // Unreadable certificates or keys stop the start here, before migrations run.
+            load_control_api::tls::server_config(&config.server)?;
             logging::init(&config.logging);
             if *migrate {
                 ledger::migrate::run_migrations(&config.migration_url())

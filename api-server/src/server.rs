@@ -32,7 +32,27 @@ pub async fn serve(
             "no auth tokens configured: every protected call answers 401/403"
         );
     }
+    let tls = crate::tls::server_config(&config.server)?;
     let state = AppState::new(config, ledger);
+    match tls {
+        Some(tls) => {
+            let listener = crate::tls::TlsListener::new(listener, tls)?;
+            run(listener, state, grace, shutdown).await
+        }
+        None => run(listener, state, grace, shutdown).await,
+    }
+}
+
+async fn run<L>(
+    listener: L,
+    state: AppState,
+    grace: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener,
+    L::Addr: std::fmt::Debug,
+{
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let server = axum::serve(listener, service(state)).with_graceful_shutdown(async move {
         shutdown.await;

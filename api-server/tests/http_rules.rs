@@ -592,3 +592,83 @@ async fn an_empty_query_version_is_accepted() {
         1
     );
 }
+
+/// Every protected endpoint of the served OpenAPI document (so a new route is covered the day it
+/// is added) × {no token, another scheme, an empty token, an unknown token, the wrong role}:
+/// 401/403 with the contract's body, and nothing written.
+#[tokio::test]
+async fn every_endpoint_refuses_missing_unknown_and_wrong_role_tokens() {
+    let api = Api::start().await;
+    let doc = api.send("GET", "/openapi.json", None, None).await;
+    assert_eq!(doc.status, 200);
+    let paths = doc.body["paths"].as_object().expect("paths");
+    let mut checked = 0;
+    for (template, ops) in paths {
+        if !template.starts_with("/v1/") {
+            continue;
+        }
+        let path = template
+            .replace("{run_id}", &Uuid::new_v4().to_string())
+            .replace("{partition_id}", "0000")
+            .replace("{dispatch_id}", &Uuid::new_v4().to_string());
+        for method in ["get", "post"] {
+            if ops.get(method).is_none() {
+                continue;
+            }
+            let m = method.to_uppercase();
+            let body = (m == "POST").then(|| json!({}));
+            let what = format!("{m} {template}");
+            // CONTRACT §3.6: operator-only actions; reads and the cleanup report take either role.
+            let operator_only = ["/resend", "/publish-unknown/resolve", "/cancel"]
+                .iter()
+                .any(|s| template.ends_with(s));
+            let either = m == "GET" || template.ends_with("/cleanup");
+            let unauthenticated = [
+                api.send(&m, &path, None, body.as_ref()).await,
+                api.raw(
+                    &m,
+                    &path,
+                    &[("authorization", "Basic Zm9vOmJhcg==")],
+                    vec![],
+                )
+                .await,
+                api.raw(&m, &path, &[("authorization", "Bearer ")], vec![])
+                    .await,
+            ];
+            for r in unauthenticated {
+                assert_eq!(r.status, 401, "{what}: {:?}", r.body);
+                assert_eq!(r.body["code"], "UNAUTHENTICATED", "{what}");
+                assert_eq!(r.headers["www-authenticate"], "Bearer", "{what}");
+            }
+            let mut forbidden = vec![
+                api.send(&m, &path, Some("no-such-token"), body.as_ref())
+                    .await,
+            ];
+            if !either {
+                let wrong = if operator_only { NIFI } else { OPERATOR };
+                forbidden.push(api.send(&m, &path, Some(wrong), body.as_ref()).await);
+            }
+            for r in forbidden {
+                assert_eq!(r.status, 403, "{what}: {:?}", r.body);
+                assert_eq!(r.body["code"], "FORBIDDEN", "{what}");
+                assert!(r.body["requestId"].is_string(), "{what}");
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 20,
+        "only {checked} endpoints in the OpenAPI document"
+    );
+    for table in ["load_run", "load_event", "load_dispatch"] {
+        assert_eq!(
+            api.count(
+                &format!("SELECT count(*) FROM nifi_ops.{table} WHERE $1::uuid IS NOT NULL"),
+                Uuid::nil()
+            )
+            .await,
+            0,
+            "{table}"
+        );
+    }
+}

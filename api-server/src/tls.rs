@@ -1,0 +1,169 @@
+//! TLS termination in the api-server (`server.ssl_certfile`, `ssl_keyfile`, `ssl_ca_certs`,
+//! `ssl_client_cert_required`): rustls with the ring provider. Handshakes run in their own tasks,
+//! so a slow or hostile client never holds up the accept loop, and a failed one is logged and
+//! dropped.
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+
+/// A handshake that has not finished after this long is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+fn read_pem<T>(
+    path: &Path,
+    what: &str,
+    parse: impl FnOnce(&[u8]) -> Option<T>,
+) -> anyhow::Result<T> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid configuration at `server.{what}`: {}: {e}",
+            path.display()
+        )
+    })?;
+    parse(&bytes).ok_or_else(|| {
+        anyhow::anyhow!(
+            "invalid configuration at `server.{what}`: {} holds no usable PEM {}",
+            path.display(),
+            if what == "ssl_keyfile" {
+                "private key"
+            } else {
+                "certificate"
+            }
+        )
+    })
+}
+
+/// The rustls server configuration of `server.ssl_*`: the certificate chain and key, and, with
+/// `ssl_ca_certs`, client certificates verified against that bundle (required when
+/// `ssl_client_cert_required`, else optional).
+pub fn server_config(
+    s: &lcconfig::config::ServerConfig,
+) -> anyhow::Result<Option<Arc<rustls::ServerConfig>>> {
+    let (Some(cert), Some(key)) = (&s.ssl_certfile, &s.ssl_keyfile) else {
+        return Ok(None);
+    };
+    let chain: Vec<CertificateDer<'static>> = read_pem(cert, "ssl_certfile", |b| {
+        let v: Vec<_> = CertificateDer::pem_slice_iter(b)
+            .filter_map(Result::ok)
+            .collect();
+        (!v.is_empty()).then_some(v)
+    })?;
+    let key: PrivateKeyDer<'static> = read_pem(key, "ssl_keyfile", |b| {
+        PrivateKeyDer::from_pem_slice(b).ok()
+    })?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()?;
+    let builder = match &s.ssl_ca_certs {
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            let cas: Vec<CertificateDer<'static>> = read_pem(ca, "ssl_ca_certs", |b| {
+                let v: Vec<_> = CertificateDer::pem_slice_iter(b)
+                    .filter_map(Result::ok)
+                    .collect();
+                (!v.is_empty()).then_some(v)
+            })?;
+            for c in cas {
+                roots.add(c).map_err(|e| {
+                    anyhow::anyhow!("invalid configuration at `server.ssl_ca_certs`: {e}")
+                })?;
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            );
+            let verifier = if s.ssl_client_cert_required {
+                verifier.build()
+            } else {
+                verifier.allow_unauthenticated().build()
+            }
+            .map_err(|e| anyhow::anyhow!("invalid configuration at `server.ssl_ca_certs`: {e}"))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_single_cert(chain, key).map_err(|e| {
+        anyhow::anyhow!("invalid configuration at `server.ssl_certfile`/`ssl_keyfile`: {e}")
+    })?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Some(Arc::new(config)))
+}
+
+/// A listener whose connections are TLS streams whose handshake has completed.
+pub struct TlsListener {
+    ready: mpsc::Receiver<(TlsStream<TcpStream>, std::net::SocketAddr)>,
+    local: std::net::SocketAddr,
+    _accepting: tokio::task::JoinHandle<()>,
+}
+
+impl TlsListener {
+    pub fn new(
+        tcp: TcpListener,
+        config: Arc<rustls::ServerConfig>,
+    ) -> std::io::Result<TlsListener> {
+        let local = tcp.local_addr()?;
+        let acceptor = TlsAcceptor::from(config);
+        let (tx, ready) = mpsc::channel(64);
+        let accepting = tokio::spawn(async move {
+            loop {
+                let (stream, peer) = match tcp.accept().await {
+                    Ok(c) => c,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(event = "accept_error", error = %e, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let (acceptor, tx) = (acceptor.clone(), tx.clone());
+                tokio::spawn(async move {
+                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                        Ok(Ok(tls)) => {
+                            let _ = tx.send((tls, peer)).await;
+                        }
+                        Ok(Err(e)) => {
+                            tracing::info!(event = "tls_handshake_failed", peer = %peer, error = %e, "TLS handshake refused")
+                        }
+                        Err(_) => {
+                            tracing::info!(event = "tls_handshake_timeout", peer = %peer, "TLS handshake did not finish in time")
+                        }
+                    }
+                });
+            }
+        });
+        Ok(TlsListener {
+            ready,
+            local,
+            _accepting: accepting,
+        })
+    }
+}
+
+impl Drop for TlsListener {
+    fn drop(&mut self) {
+        self._accepting.abort();
+    }
+}
+
+impl axum::serve::Listener for TlsListener {
+    type Io = TlsStream<TcpStream>;
+    type Addr = std::net::SocketAddr;
+
+    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
+        match self.ready.recv().await {
+            Some(c) => c,
+            // The accept task never ends on its own; only a dropped listener stops it.
+            None => std::future::pending().await,
+        }
+    }
+
+    fn local_addr(&self) -> std::io::Result<Self::Addr> {
+        Ok(self.local)
+    }
+}

@@ -1,0 +1,199 @@
+//! TLS termination in the api-server against real TLS peers: a client that trusts the server's CA
+//! gets its answers, a client that does not is refused, and with `ssl_client_cert_required` only a
+//! client certificate from `ssl_ca_certs` gets in — one from another CA, or none, is refused in
+//! the handshake and reaches no handler.
+use lcconfig::config::{Config, TokenEntry};
+use load_control_api::auth::sha256_hex;
+use load_control_api::server;
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
+};
+use std::path::{Path, PathBuf};
+use testkit::TestDb;
+
+const NIFI: &str = "tls-nifi-token";
+
+struct Ca {
+    pem: String,
+    issuer: Issuer<'static, KeyPair>,
+}
+
+fn ca(name: &str) -> Ca {
+    let key = KeyPair::generate().unwrap();
+    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    p.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    let cert = p.self_signed(&key).unwrap();
+    Ca {
+        pem: cert.pem(),
+        issuer: Issuer::new(p, key),
+    }
+}
+
+/// (certificate PEM, key PEM) signed by `ca`.
+fn leaf(ca: &Ca, names: &[&str], usage: ExtendedKeyUsagePurpose) -> (String, String) {
+    let key = KeyPair::generate().unwrap();
+    let mut p =
+        CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
+    p.distinguished_name.push(DnType::CommonName, names[0]);
+    p.extended_key_usages = vec![usage];
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Serves over TLS with `tune` applied; the `https://127.0.0.1:<port>` base.
+async fn serve_tls(tune: impl FnOnce(&mut Config)) -> (String, TestDb) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let db = TestDb::fresh().await;
+    let mut config = Config::default();
+    config.database.url = Some(db.url.clone());
+    config.logging.access_log = false;
+    config.auth.tokens = vec![TokenEntry {
+        name: "nifi".into(),
+        role: "nifi".into(),
+        sha256: sha256_hex(NIFI),
+    }];
+    tune(&mut config);
+    config.validate().expect("valid");
+    let ledger = server::connect_ledger(&config).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!(
+        "https://127.0.0.1:{}",
+        listener.local_addr().unwrap().port()
+    );
+    tokio::spawn(server::serve(
+        config,
+        ledger,
+        listener,
+        std::future::pending(),
+    ));
+    (base, db)
+}
+
+fn client(ca_pem: &str, identity: Option<(&str, &str)>) -> reqwest::Client {
+    let mut b = reqwest::Client::builder()
+        .tls_certs_only([reqwest::Certificate::from_pem(ca_pem.as_bytes()).unwrap()]);
+    if let Some((cert, key)) = identity {
+        b = b.identity(reqwest::Identity::from_pem(format!("{cert}{key}").as_bytes()).unwrap());
+    }
+    b.build().unwrap()
+}
+
+#[tokio::test]
+async fn https_with_the_servers_ca_and_nothing_without_it() {
+    let dir = tempdir("tls-server");
+    let server_ca = ca("server-ca");
+    let (cert, key) = leaf(
+        &server_ca,
+        &["127.0.0.1", "localhost"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (certfile, keyfile) = (write(&dir, "c.pem", &cert), write(&dir, "k.pem", &key));
+    let (base, _db) = serve_tls(|c| {
+        c.server.ssl_certfile = Some(certfile);
+        c.server.ssl_keyfile = Some(keyfile);
+    })
+    .await;
+    let ok = client(&server_ca.pem, None)
+        .get(format!("{base}/v1/runs"))
+        .bearer_auth(NIFI)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), 200);
+    assert_eq!(
+        ok.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!([])
+    );
+    let stranger = ca("another-ca");
+    let refused = client(&stranger.pem, None)
+        .get(format!("{base}/healthz"))
+        .send()
+        .await;
+    assert!(
+        refused.is_err(),
+        "a client that does not trust the server's CA got in"
+    );
+    // Plain HTTP to the TLS port gets no HTTP answer.
+    let plain = reqwest::Client::new()
+        .get(base.replace("https://", "http://") + "/healthz")
+        .send()
+        .await;
+    assert!(plain.map(|r| r.status() != 200).unwrap_or(true));
+}
+
+#[tokio::test]
+async fn a_required_client_certificate_must_come_from_the_configured_ca() {
+    let dir = tempdir("tls-mutual");
+    let server_ca = ca("server-ca");
+    let client_ca = ca("nifi-client-ca");
+    let (cert, key) = leaf(
+        &server_ca,
+        &["127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (certfile, keyfile) = (write(&dir, "c.pem", &cert), write(&dir, "k.pem", &key));
+    let cafile = write(&dir, "clients.pem", &client_ca.pem);
+    let (base, db) = serve_tls(|c| {
+        c.server.ssl_certfile = Some(certfile);
+        c.server.ssl_keyfile = Some(keyfile);
+        c.server.ssl_ca_certs = Some(cafile);
+        c.server.ssl_client_cert_required = true;
+    })
+    .await;
+    let (nifi_cert, nifi_key) = leaf(
+        &client_ca,
+        &["nifi-01"],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    let body = serde_json::json!({"jobKey": "TLS", "businessKey": "K", "hdfsRoot": "/d", "stageTablePrefix": "t"});
+    let created = client(&server_ca.pem, Some((&nifi_cert, &nifi_key)))
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(NIFI)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let other_ca = ca("not-the-client-ca");
+    let (bad_cert, bad_key) = leaf(
+        &other_ca,
+        &["intruder"],
+        ExtendedKeyUsagePurpose::ClientAuth,
+    );
+    for identity in [None, Some((bad_cert.as_str(), bad_key.as_str()))] {
+        let r = client(&server_ca.pem, identity)
+            .post(format!("{base}/v1/runs"))
+            .bearer_auth(NIFI)
+            .json(&serde_json::json!({"jobKey": "TLS", "businessKey": "X", "hdfsRoot": "/d", "stageTablePrefix": "t"}))
+            .send()
+            .await;
+        assert!(r.is_err(), "refused in the handshake, got {r:?}");
+    }
+    let mut conn = db.conn().await;
+    let (n,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        n, 1,
+        "only the client with a valid certificate created a run"
+    );
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("lc-{name}-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
