@@ -92,6 +92,8 @@ pub enum LoopError {
     Finalizer(String),
     #[error("leadership of epoch {0} lost: nothing more is written")]
     NotLeading(i64),
+    #[error("cannot be read: {0}")]
+    Unreadable(String),
 }
 
 impl LoopError {
@@ -103,6 +105,7 @@ impl LoopError {
         match self {
             LoopError::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
             LoopError::Kube(kube::Error::Api(e)) if e.code == 400 || e.code == 422 => "invalid",
+            LoopError::Unreadable(_) => "invalid",
             LoopError::Ledger(ledger::LedgerError::Fenced { .. }) | LoopError::NotLeading(_) => {
                 "not_leading"
             }

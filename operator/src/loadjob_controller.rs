@@ -328,7 +328,8 @@ fn error_policy(job: Arc<GuardedJob>, error: &LoopError, ctx: Arc<Context>) -> A
 /// Loop 1: the LoadJob controller, until `shutdown`.
 pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let jobs = ctx.scope.apis::<GuardedJob>(&ctx.client);
-    let runs = ctx.scope.apis::<LoadRun>(&ctx.client);
+    // Guarded too: an unreadable LoadRun must not stop its owners' reconciles.
+    let runs = ctx.scope.apis::<DeserializeGuard<LoadRun>>(&ctx.client);
     let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
         let mut shutdown = shutdown.clone();
         let watched = crate::scope::watcher_config(ctx.instance.as_deref());

@@ -14,6 +14,7 @@ use crds::{
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PostParams};
+use kube::core::DeserializeGuard;
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -315,18 +316,27 @@ pub fn compact(lr: &mut LoadRun) -> Option<Applied> {
 
 /// The LoadRuns and LoadJobs of the watched namespaces as their watches last reported them: the
 /// mirror reads these instead of asking the API server for every run on every pass.
+/// A LoadRun as watched: one that cannot be read stays that run's problem (it backs off) instead
+/// of breaking the watch of all of them.
+type GuardedRun = DeserializeGuard<LoadRun>;
+
 #[derive(Default)]
 struct Stores {
-    runs: Vec<Store<LoadRun>>,
+    runs: Vec<Store<GuardedRun>>,
     jobs: Vec<Store<LoadJob>>,
     /// Each run's LoadRun status as the watch last delivered it, as a digest.
     observed: Arc<std::sync::Mutex<HashMap<Uuid, Applied>>>,
 }
 
 impl Stores {
-    fn run(&self, ns: &str, name: &str) -> Option<Arc<LoadRun>> {
+    /// The stored LoadRun, or why it cannot be read.
+    fn run(&self, ns: &str, name: &str) -> Option<Result<Arc<LoadRun>, String>> {
         let key = ObjectRef::new(name).within(ns);
-        self.runs.iter().find_map(|s| s.get(&key))
+        let guarded = self.runs.iter().find_map(|s| s.get(&key))?;
+        Some(match &guarded.0 {
+            Ok(lr) => Ok(Arc::new(lr.clone())),
+            Err(invalid) => Err(invalid.error.clone()),
+        })
     }
 
     fn job(&self, ns: &str, name: &str) -> Option<Arc<LoadJob>> {
@@ -335,7 +345,11 @@ impl Stores {
     }
 
     fn all_runs(&self) -> Vec<Arc<LoadRun>> {
-        self.runs.iter().flat_map(|s| s.state()).collect()
+        self.runs
+            .iter()
+            .flat_map(|s| s.state())
+            .filter_map(|g| g.0.as_ref().ok().cloned().map(Arc::new))
+            .collect()
     }
 }
 
@@ -412,7 +426,7 @@ pub async fn run_mirror(
     }
     let mut stores = Stores::default();
     let watched = crate::scope::watcher_config(ctx.instance.as_deref());
-    for api in ctx.scope.apis::<LoadRun>(&ctx.client) {
+    for api in ctx.scope.apis::<GuardedRun>(&ctx.client) {
         let (reader, writer) = reflector::store();
         stores.runs.push(reader);
         let (queue, observed, watched) = (queue.clone(), stores.observed.clone(), watched.clone());
@@ -423,7 +437,8 @@ pub async fn run_mirror(
                 .default_backoff()
                 // The store holds every LoadRun, so only what the mirror reads (10,000 of them
                 // must fit in the operator's memory limit).
-                .modify(move |lr| {
+                .modify(move |guarded| {
+                    let Ok(lr) = &mut guarded.0 else { return };
                     let seen = compact(lr);
                     if let (Some(seen), Ok(id)) = (seen, Uuid::parse_str(&lr.spec.run_id)) {
                         observed.lock().expect("observed lock").insert(id, seen);
@@ -433,16 +448,24 @@ pub async fn run_mirror(
                 .boxed();
             while let Some(ev) = stream.next().await {
                 match ev {
-                    Ok(watcher::Event::Apply(lr)) if asks_for_action(&lr) => {
+                    Ok(watcher::Event::Apply(DeserializeGuard(Ok(lr)))) if asks_for_action(&lr) => {
                         if let Ok(id) = Uuid::parse_str(&lr.spec.run_id) {
                             queue.run(id)
                         }
                     }
                     // Deleted by hand: recreated if its run is still mirrored.
-                    Ok(watcher::Event::Delete(lr)) => {
+                    Ok(watcher::Event::Delete(DeserializeGuard(Ok(lr)))) => {
                         if let Ok(id) = Uuid::parse_str(&lr.spec.run_id) {
                             queue.run(id)
                         }
+                    }
+                    Ok(
+                        watcher::Event::Apply(DeserializeGuard(Err(invalid)))
+                        | watcher::Event::InitApply(DeserializeGuard(Err(invalid))),
+                    ) => {
+                        tracing::warn!(event = "loadrun_unreadable", name = ?invalid.metadata.name,
+                            namespace = ?invalid.metadata.namespace, error = %invalid.error,
+                            "a LoadRun cannot be read; its run is not mirrored until it is fixed or deleted")
                     }
                     Ok(watcher::Event::InitDone) => queue.everything(),
                     Ok(_) => {}
@@ -651,7 +674,11 @@ async fn mirror_run(
     };
     let api: Api<LoadRun> = Api::namespaced(ctx.client.clone(), ns);
     let name = load_run_name(&run.job_key, &run.business_key, &run.run_id.to_string());
-    let stored = mirror.stores.run(ns, &name);
+    let stored = match mirror.stores.run(ns, &name) {
+        Some(Ok(lr)) => Some(lr),
+        Some(Err(why)) => return Err(LoopError::Unreadable(format!("LoadRun {ns}/{name}: {why}"))),
+        None => None,
+    };
     let existing: Arc<LoadRun> = match stored.clone() {
         Some(lr) => lr,
         None => {

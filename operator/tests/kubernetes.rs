@@ -1179,62 +1179,11 @@ async fn an_unreadable_loadjob_is_reported_and_holds_up_no_other() {
     let c = cluster().await;
     // A LoadJob the operator cannot read: written while a looser CRD (older, or hand-edited)
     // was installed. The loose CRD accepts any spec.
-    let (_, yaml) = crds::crd_yaml()
-        .into_iter()
-        .find(|(name, _)| name.starts_with("loadjobs"))
-        .unwrap();
-    let mut crd: Value = serde_yaml::from_str(&yaml).unwrap();
-    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    schema["properties"]["spec"] =
-        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    if let Some(root) = schema.as_object_mut() {
-        root.remove("x-kubernetes-validations");
-    }
-    let loose = serde_json::to_string(&crd).unwrap();
-    let out = {
-        use std::io::Write;
-        let mut child =
-            c.cp.kubectl()
-                .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped())
-                .spawn()
-                .unwrap();
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(loose.as_bytes())
-            .unwrap();
-        child.wait_with_output().unwrap()
-    };
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    loosen_crd(&c.cp, "loadjobs");
     let op = c.operator("guard").await;
     let broken = "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: broken}\nspec:\n  jobKey: 12345\n  recovery: {mode: [not, a, mode]}\n";
     // The API server takes the loose schema up a moment after the CRD update.
-    eventually(
-        "the loose CRD accepts it",
-        Duration::from_secs(20),
-        || async {
-            use std::io::Write;
-            let mut child =
-                c.cp.kubectl()
-                    .args(["apply", "-n", &c.ns, "-f", "-"])
-                    .stdin(std::process::Stdio::piped())
-                    .stdout(std::process::Stdio::null())
-                    .stderr(std::process::Stdio::null())
-                    .spawn()
-                    .ok()?;
-            child.stdin.take()?.write_all(broken.as_bytes()).ok()?;
-            child.wait().ok()?.success().then_some(())
-        },
-    )
-    .await;
+    apply_eventually(&c, "the loose CRD accepts it", broken).await;
     c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: fine}\nspec:\n  jobKey: FINE\n");
     eventually(
         "the readable LoadJob Ready",
@@ -1271,5 +1220,105 @@ async fn an_unreadable_loadjob_is_reported_and_holds_up_no_other() {
         c.job_row("12345").await.is_none(),
         "nothing of it reached the ledger"
     );
+    op.stop().await.unwrap();
+}
+
+/// Replaces the CRD whose name starts with `plural` by one that accepts any spec (as an older or
+/// hand-edited CRD might have), so objects the operator cannot read can be written.
+fn loosen_crd(cp: &ControlPlane, plural: &str) {
+    use std::io::Write;
+    let (_, yaml) = crds::crd_yaml()
+        .into_iter()
+        .find(|(name, _)| name.starts_with(plural))
+        .unwrap();
+    let mut crd: Value = serde_yaml::from_str(&yaml).unwrap();
+    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    schema["properties"]["spec"] =
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("x-kubernetes-validations");
+    }
+    let mut child = cp
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&crd).unwrap().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `kubectl apply` of `yaml`, retried until the API server accepts it (a CRD change takes a
+/// moment to apply).
+async fn apply_eventually(c: &Cluster, what: &str, yaml: &str) {
+    eventually(what, Duration::from_secs(20), || async {
+        use std::io::Write;
+        let mut child =
+            c.cp.kubectl()
+                .args(["apply", "-n", &c.ns, "-f", "-"])
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .ok()?;
+        child.stdin.take()?.write_all(yaml.as_bytes()).ok()?;
+        child.wait().ok()?.success().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unreadable_loadrun_holds_up_no_other_run() {
+    let c = cluster().await;
+    loosen_crd(&c.cp, "loadruns");
+    apply_eventually(
+        &c,
+        "an unreadable LoadRun",
+        "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadRun\nmetadata: {name: broken}\nspec:\n  runId: [not, a, string]\n",
+    )
+    .await;
+    let op = c.operator("guard-runs").await;
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: daily}\nspec:\n  jobKey: GUARDED\n");
+    eventually("the LoadJob Ready", Duration::from_secs(20), || async {
+        c.condition("daily", "Ready")
+            .await
+            .filter(|(s, _)| s == "True")
+    })
+    .await;
+    let (status, created) = c
+        .post("/v1/runs", json!({"jobKey": "GUARDED", "businessKey": "K", "hdfsRoot": "/data", "stageTablePrefix": "t_"}))
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let run = Uuid::parse_str(created["runId"].as_str().unwrap()).unwrap();
+    // The mirror still watches and writes: the run's LoadRun appears with its phase.
+    let lr = eventually("the run's LoadRun", Duration::from_secs(20), || async {
+        let runs = Api::<kube::core::DeserializeGuard<LoadRun>>::namespaced(
+            c.cp.client().await.unwrap(),
+            &c.ns,
+        )
+        .list(&ListParams::default())
+        .await
+        .ok()?;
+        runs.items.into_iter().find_map(|g| {
+            g.0.ok().filter(|lr| {
+                lr.spec.run_id == run.to_string()
+                    && lr.status.as_ref().is_some_and(|s| s.phase == "CREATED")
+            })
+        })
+    })
+    .await;
+    assert_eq!(lr.spec.job_key, "GUARDED");
     op.stop().await.unwrap();
 }
