@@ -39,6 +39,14 @@ fn read_pem<T>(
     })
 }
 
+/// Every certificate of a PEM bundle; None when there is none.
+fn certificates(pem: &[u8]) -> Option<Vec<CertificateDer<'static>>> {
+    let all: Vec<_> = CertificateDer::pem_slice_iter(pem)
+        .filter_map(Result::ok)
+        .collect();
+    (!all.is_empty()).then_some(all)
+}
+
 /// The rustls server configuration of `server.ssl_*`: the certificate chain and key, and, with
 /// `ssl_ca_certs`, client certificates verified against that bundle (required when
 /// `ssl_client_cert_required`, else optional).
@@ -48,12 +56,7 @@ pub fn server_config(
     let (Some(cert), Some(key)) = (&s.ssl_certfile, &s.ssl_keyfile) else {
         return Ok(None);
     };
-    let chain: Vec<CertificateDer<'static>> = read_pem(cert, "ssl_certfile", |b| {
-        let v: Vec<_> = CertificateDer::pem_slice_iter(b)
-            .filter_map(Result::ok)
-            .collect();
-        (!v.is_empty()).then_some(v)
-    })?;
+    let chain: Vec<CertificateDer<'static>> = read_pem(cert, "ssl_certfile", certificates)?;
     let key: PrivateKeyDer<'static> = read_pem(key, "ssl_keyfile", |b| {
         PrivateKeyDer::from_pem_slice(b).ok()
     })?;
@@ -63,12 +66,7 @@ pub fn server_config(
     let builder = match &s.ssl_ca_certs {
         Some(ca) => {
             let mut roots = rustls::RootCertStore::empty();
-            let cas: Vec<CertificateDer<'static>> = read_pem(ca, "ssl_ca_certs", |b| {
-                let v: Vec<_> = CertificateDer::pem_slice_iter(b)
-                    .filter_map(Result::ok)
-                    .collect();
-                (!v.is_empty()).then_some(v)
-            })?;
+            let cas: Vec<CertificateDer<'static>> = read_pem(ca, "ssl_ca_certs", certificates)?;
             for c in cas {
                 roots.add(c).map_err(|e| {
                     anyhow::anyhow!("invalid configuration at `server.ssl_ca_certs`: {e}")

@@ -883,9 +883,8 @@ mod tests {
         assert_ne!(observed.digest, newer.digest);
     }
 
-    #[test]
-    fn the_kept_loadrun_holds_what_a_new_status_is_built_from() {
-        let mut lr = LoadRun::new(
+    fn a_loadrun() -> LoadRun {
+        LoadRun::new(
             "r",
             LoadRunSpec {
                 job_key: "J".into(),
@@ -894,7 +893,12 @@ mod tests {
                 cancel: None,
                 resolution: None,
             },
-        );
+        )
+    }
+
+    #[test]
+    fn the_kept_loadrun_holds_what_a_new_status_is_built_from() {
+        let mut lr = a_loadrun();
         let full = LoadRunStatus {
             phase: "EXTRACTING".into(),
             ledger_version: 7,
@@ -942,16 +946,7 @@ mod tests {
 
     #[test]
     fn only_requests_wake_the_mirror_for_a_loadrun() {
-        let mut lr = LoadRun::new(
-            "r",
-            LoadRunSpec {
-                job_key: "J".into(),
-                business_key: "b".into(),
-                run_id: "00000000-0000-0000-0000-000000000001".into(),
-                cancel: None,
-                resolution: None,
-            },
-        );
+        let mut lr = a_loadrun();
         lr.status = Some(LoadRunStatus::default());
         assert!(!asks_for_action(&lr), "a status update is the mirror's own");
         lr.spec.cancel = Some(crds::CancelRequest {

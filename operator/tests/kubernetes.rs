@@ -78,12 +78,12 @@ impl Cluster {
     }
 }
 
-/// `kubectl apply -f -` with the YAML on standard input (no temporary files left behind).
-fn kubectl_apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Output {
+/// `kubectl <args>` with `input` on standard input (no temporary files left behind).
+fn kubectl_with_input(cp: &ControlPlane, args: &[&str], input: &str) -> std::process::Output {
     use std::io::Write;
     let mut child = cp
         .kubectl()
-        .args(["apply", "-n", ns, "-f", "-"])
+        .args(args)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -93,9 +93,14 @@ fn kubectl_apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Outpu
         .stdin
         .take()
         .unwrap()
-        .write_all(yaml.as_bytes())
+        .write_all(input.as_bytes())
         .unwrap();
-    let out = child.wait_with_output().unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `kubectl apply -f -` with the YAML on standard input.
+fn kubectl_apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Output {
+    let out = kubectl_with_input(cp, &["apply", "-n", ns, "-f", "-"], yaml);
     assert!(
         out.status.success(),
         "{}",
@@ -1126,23 +1131,10 @@ async fn two_instances_watching_one_namespace_never_touch_each_others_objects() 
         format!("LoadJob/{ns}/jb")
     );
     for name in ["ja", "jb"] {
-        eventually(
-            &format!("{name} Ready"),
-            Duration::from_secs(20),
-            || async {
-                c.condition(name, "Ready")
-                    .await
-                    .filter(|(s, _)| s == "True")
-            },
-        )
-        .await;
+        c.wait_ready(name).await;
     }
     // A run of a's job becomes a LoadRun carrying a's label.
-    let (status, created) = c
-        .post("/v1/runs", json!({"jobKey": "JA", "businessKey": "K", "hdfsRoot": "/data", "stageTablePrefix": "t_"}))
-        .await;
-    assert_eq!(status, 200, "{created}");
-    let run = Uuid::parse_str(created["runId"].as_str().unwrap()).unwrap();
+    let run = c.create_run("JA", "K").await;
     let lr = c.wait_phase(run, "CREATED").await;
     assert_eq!(
         lr.metadata
@@ -1226,7 +1218,6 @@ async fn an_unreadable_loadjob_is_reported_and_holds_up_no_other() {
 /// Replaces the CRD whose name starts with `plural` by one that accepts any spec (as an older or
 /// hand-edited CRD might have), so objects the operator cannot read can be written.
 fn loosen_crd(cp: &ControlPlane, plural: &str) {
-    use std::io::Write;
     let (_, yaml) = crds::crd_yaml()
         .into_iter()
         .find(|(name, _)| name.starts_with(plural))
@@ -1238,21 +1229,11 @@ fn loosen_crd(cp: &ControlPlane, plural: &str) {
     if let Some(root) = schema.as_object_mut() {
         root.remove("x-kubernetes-validations");
     }
-    let mut child = cp
-        .kubectl()
-        .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(&crd).unwrap().as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = kubectl_with_input(
+        cp,
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        &serde_json::to_string(&crd).unwrap(),
+    );
     assert!(
         out.status.success(),
         "{}",
@@ -1264,17 +1245,10 @@ fn loosen_crd(cp: &ControlPlane, plural: &str) {
 /// moment to apply).
 async fn apply_eventually(c: &Cluster, what: &str, yaml: &str) {
     eventually(what, Duration::from_secs(20), || async {
-        use std::io::Write;
-        let mut child =
-            c.cp.kubectl()
-                .args(["apply", "-n", &c.ns, "-f", "-"])
-                .stdin(std::process::Stdio::piped())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .spawn()
-                .ok()?;
-        child.stdin.take()?.write_all(yaml.as_bytes()).ok()?;
-        child.wait().ok()?.success().then_some(())
+        kubectl_with_input(&c.cp, &["apply", "-n", &c.ns, "-f", "-"], yaml)
+            .status
+            .success()
+            .then_some(())
     })
     .await;
 }
@@ -1291,17 +1265,8 @@ async fn an_unreadable_loadrun_holds_up_no_other_run() {
     .await;
     let op = c.operator("guard-runs").await;
     c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: daily}\nspec:\n  jobKey: GUARDED\n");
-    eventually("the LoadJob Ready", Duration::from_secs(20), || async {
-        c.condition("daily", "Ready")
-            .await
-            .filter(|(s, _)| s == "True")
-    })
-    .await;
-    let (status, created) = c
-        .post("/v1/runs", json!({"jobKey": "GUARDED", "businessKey": "K", "hdfsRoot": "/data", "stageTablePrefix": "t_"}))
-        .await;
-    assert_eq!(status, 200, "{created}");
-    let run = Uuid::parse_str(created["runId"].as_str().unwrap()).unwrap();
+    c.wait_ready("daily").await;
+    let run = c.create_run("GUARDED", "K").await;
     // The mirror still watches and writes: the run's LoadRun appears with its phase.
     let lr = eventually("the run's LoadRun", Duration::from_secs(20), || async {
         let runs = Api::<kube::core::DeserializeGuard<LoadRun>>::namespaced(
@@ -1321,4 +1286,29 @@ async fn an_unreadable_loadrun_holds_up_no_other_run() {
     .await;
     assert_eq!(lr.spec.job_key, "GUARDED");
     op.stop().await.unwrap();
+}
+
+impl Cluster {
+    /// A run of `job_key` created over HTTP, as NiFi creates it; its id.
+    async fn create_run(&self, job_key: &str, business_key: &str) -> Uuid {
+        let (status, created) = self
+            .post("/v1/runs", json!({"jobKey": job_key, "businessKey": business_key, "hdfsRoot": "/data", "stageTablePrefix": "t_"}))
+            .await;
+        assert_eq!(status, 200, "{created}");
+        Uuid::parse_str(created["runId"].as_str().unwrap()).unwrap()
+    }
+
+    /// Waits until the LoadJob `name` is Ready.
+    async fn wait_ready(&self, name: &str) {
+        eventually(
+            &format!("{name} Ready"),
+            Duration::from_secs(20),
+            || async {
+                self.condition(name, "Ready")
+                    .await
+                    .filter(|(s, _)| s == "True")
+            },
+        )
+        .await;
+    }
 }

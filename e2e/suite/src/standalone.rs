@@ -237,6 +237,23 @@ pub async fn wait_http_ok(url: &str, limit: Duration) -> anyhow::Result<()> {
     }
 }
 
+/// `load-control-api hash-token`: the digest the configuration holds for `token`.
+pub fn hash_token(api_bin: &Path, token: &str) -> anyhow::Result<String> {
+    use std::io::Write;
+    let mut c = Command::new(api_bin)
+        .arg("hash-token")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    c.stdin
+        .take()
+        .context("stdin")?
+        .write_all(token.as_bytes())?;
+    Ok(String::from_utf8(c.wait_with_output()?.stdout)?
+        .trim()
+        .to_string())
+}
+
 /// The token the standalone system accepts with the nifi role.
 pub const NIFI_TOKEN: &str = "standalone-nifi-token";
 
@@ -266,21 +283,7 @@ impl System {
         std::fs::create_dir_all(&logs)?;
         let (api_port, receiver_port) = (free_port(), free_port());
         let api_bin = bin("load-control-api")?;
-        let digest = {
-            use std::io::Write;
-            let mut c = Command::new(&api_bin)
-                .arg("hash-token")
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .spawn()?;
-            c.stdin
-                .take()
-                .context("stdin")?
-                .write_all(NIFI_TOKEN.as_bytes())?;
-            String::from_utf8(c.wait_with_output()?.stdout)?
-                .trim()
-                .to_string()
-        };
+        let digest = hash_token(&api_bin, NIFI_TOKEN)?;
         let config = logs.join("config.yaml");
         std::fs::write(
             &config,

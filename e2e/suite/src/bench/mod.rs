@@ -7,11 +7,11 @@ pub mod procstat;
 pub mod scenarios;
 
 use crate::nifi::receiver::{Behaviour, DispatchKind, Receiver};
-use crate::standalone::{PgServer, Service, free_port, wait_http_ok};
+use crate::standalone::{PgServer, Service, free_port, hash_token, wait_http_ok};
 use anyhow::Context;
 use client::Client;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -80,22 +80,6 @@ pub struct Bench {
     /// The configuration file both processes run with.
     pub config: PathBuf,
     pub bin_dir: PathBuf,
-}
-
-fn hash_token(api_bin: &Path, token: &str) -> anyhow::Result<String> {
-    use std::io::Write;
-    let mut c = Command::new(api_bin)
-        .arg("hash-token")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()?;
-    c.stdin
-        .take()
-        .context("stdin")?
-        .write_all(token.as_bytes())?;
-    Ok(String::from_utf8(c.wait_with_output()?.stdout)?
-        .trim()
-        .to_string())
 }
 
 impl Bench {
