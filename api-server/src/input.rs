@@ -22,18 +22,27 @@ pub enum JVal {
 
 const MAX_DEPTH: usize = 64;
 
+/// The most JSON values one body may hold. The largest request the contract allows, a manifest
+/// of 10,001 partitions, holds under 100,000; without a bound a 16 MiB body of `[0,0,…]` would
+/// become millions of parsed values (hundreds of MB) before any shape check could refuse it.
+pub const MAX_VALUES: usize = 250_000;
+
 pub fn parse_json(bytes: &[u8]) -> Result<JVal, String> {
     let mut j = Jiter::new(bytes);
     let peek = j.peek().map_err(|e| e.description(&j))?;
-    let v = value(&mut j, peek, 0)?;
+    let mut budget = MAX_VALUES;
+    let v = value(&mut j, peek, 0, &mut budget)?;
     j.finish().map_err(|e| e.description(&j))?;
     Ok(v)
 }
 
-fn value(j: &mut Jiter, peek: Peek, depth: usize) -> Result<JVal, String> {
+fn value(j: &mut Jiter, peek: Peek, depth: usize, budget: &mut usize) -> Result<JVal, String> {
     if depth > MAX_DEPTH {
         return Err(format!("nesting deeper than {MAX_DEPTH}"));
     }
+    *budget = budget
+        .checked_sub(1)
+        .ok_or_else(|| format!("more than {MAX_VALUES} JSON values"))?;
     let err = |e: jiter::JiterError| e.to_string();
     Ok(match peek {
         Peek::Null => {
@@ -46,7 +55,7 @@ fn value(j: &mut Jiter, peek: Peek, depth: usize) -> Result<JVal, String> {
             let mut items = Vec::new();
             let mut next = j.known_array().map_err(err)?;
             while let Some(p) = next {
-                items.push(value(j, p, depth + 1)?);
+                items.push(value(j, p, depth + 1, budget)?);
                 next = j.array_step().map_err(err)?;
             }
             JVal::Arr(items)
@@ -56,7 +65,7 @@ fn value(j: &mut Jiter, peek: Peek, depth: usize) -> Result<JVal, String> {
             let mut key = j.known_object().map_err(err)?.map(str::to_string);
             while let Some(k) = key {
                 let p = j.peek().map_err(err)?;
-                fields.push((k, value(j, p, depth + 1)?));
+                fields.push((k, value(j, p, depth + 1, budget)?));
                 key = j.next_key().map_err(err)?.map(str::to_string);
             }
             JVal::Obj(fields)
@@ -510,6 +519,17 @@ mod tests {
         assert!(parse_json(b"{\"a\":1,}").is_err());
         assert!(parse_json(b"{} x").is_err());
         assert!(parse_json(&[b'['; 200]).is_err());
+    }
+
+    #[test]
+    fn a_body_of_too_many_values_is_refused_while_parsing() {
+        let many = |n: usize| format!("[{}0]", "0,".repeat(n - 2));
+        assert!(
+            parse_json(many(MAX_VALUES).as_bytes()).is_ok(),
+            "the array and its items"
+        );
+        let err = parse_json(many(MAX_VALUES + 1).as_bytes()).unwrap_err();
+        assert!(err.contains("250000 JSON values"), "{err}");
     }
 
     #[test]

@@ -672,3 +672,30 @@ async fn every_endpoint_refuses_missing_unknown_and_wrong_role_tokens() {
         );
     }
 }
+
+/// A body within the size limit but made of millions of tiny values is refused while parsing
+/// (422), before any tree of them is built.
+#[tokio::test]
+async fn a_body_of_millions_of_values_is_a_422() {
+    let api = Api::start().await;
+    let body = format!("[{}0]", "0,".repeat(4_000_000)).into_bytes();
+    assert!(body.len() < 16 * 1024 * 1024);
+    let r = api
+        .raw(
+            "POST",
+            "/v1/runs",
+            &[
+                ("authorization", &format!("Bearer {NIFI}")),
+                ("content-type", "application/json"),
+            ],
+            body,
+        )
+        .await;
+    assert_eq!(r.status, 422, "{:?}", r.body);
+    assert_eq!(r.body["code"], "REQUEST_INVALID");
+    assert!(
+        r.body["message"].as_str().unwrap().contains("JSON values"),
+        "{}",
+        r.body
+    );
+}

@@ -81,6 +81,12 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
         mirror["api_requests_per_change"].as_f64().unwrap() > 0.0,
         "{mirror}"
     );
+    let hostile = one("hostile_bodies");
+    assert_eq!(
+        hostile["statuses"],
+        serde_json::json!([422, 422, 422, 422]),
+        "{hostile}"
+    );
     let mx = one("multixact");
     assert_eq!(mx["failed"], 0, "{mx}");
     assert!(mx["multixacts_consumed"].as_i64().unwrap() >= 0);

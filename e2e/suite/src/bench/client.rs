@@ -114,6 +114,11 @@ impl Client {
         })
     }
 
+    /// `http://127.0.0.1:<port>` of the api-server.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// The same connections, counted afresh (one `Stats` per scenario).
     pub fn fresh(&self) -> Client {
         Client {

@@ -632,6 +632,39 @@ pub fn rss(b: &Bench, when: &str) -> Value {
            "operator": of(b.operator.pid())})
 }
 
+/// Hostile input: 4 concurrent bodies just under the size limit made of millions of tiny JSON
+/// values. Their answers, and the api-server's resident memory before and after (a parser that
+/// builds the whole tree first takes hundreds of MB per body).
+pub async fn hostile_bodies(b: &Bench) -> anyhow::Result<Value> {
+    let before = b.api.pid().and_then(procstat::rss_kib);
+    let body = bytes_of_zeros(15 * 1024 * 1024);
+    let http = reqwest::Client::new();
+    let url = format!("{}/v1/runs", b.client.base());
+    let sends = (0..4).map(|_| {
+        http.post(&url)
+            .bearer_auth(super::NIFI_TOKEN)
+            .header("Content-Type", "application/json")
+            .body(body.clone())
+            .send()
+    });
+    let statuses: Vec<u16> = futures::future::join_all(sends)
+        .await
+        .into_iter()
+        .map(|r| r.map(|r| r.status().as_u16()).unwrap_or(0))
+        .collect();
+    let after = b.api.pid().and_then(procstat::rss_kib);
+    Ok(
+        json!({"scenario": "hostile_bodies", "bodies": 4, "bytes_each": body.len(), "statuses": statuses,
+              "api_rss_kib_before": before.map(|r| r.0), "api_rss_kib_after": after.map(|r| r.0),
+              "api_peak_kib_after": after.map(|r| r.1)}),
+    )
+}
+
+/// `[0,0,…,0]` of about `n` bytes.
+fn bytes_of_zeros(n: usize) -> Vec<u8> {
+    format!("[{}0]", "0,".repeat(n / 2 - 1)).into_bytes()
+}
+
 /// `next_multixact_id` as of a fresh checkpoint.
 async fn next_multixact(b: &Bench) -> anyhow::Result<i64> {
     let mut db = b.db().await?;

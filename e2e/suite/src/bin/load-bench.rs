@@ -16,6 +16,7 @@ const SCENARIOS: &[&str] = &[
     "rss",
     "multixact",
     "mirror",
+    "hostile",
 ];
 
 #[derive(Parser, Debug)]
@@ -35,7 +36,7 @@ struct Args {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Scenarios to run, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,multixact,mirror",
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,hostile,multixact,mirror",
           value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     only: Vec<String>,
     /// Concurrent clients of pgbench and the lifecycle, comma-separated
@@ -164,6 +165,10 @@ async fn main() -> anyhow::Result<()> {
         }
         if run("rss") {
             emit(&scenarios::rss(&bench, "after_load"));
+        }
+        if run("hostile") {
+            eprintln!("load-bench: 4 bodies of millions of JSON values at once");
+            emit(&scenarios::hostile_bodies(&bench).await?);
         }
         if run("multixact") {
             eprintln!(
