@@ -230,6 +230,18 @@ impl Ledger {
         run_id: Uuid,
         status: &str,
     ) -> LedgerResult<Option<RunRow>> {
+        // The status first, without a lock: the tick's locks last until it commits, so a run that
+        // has moved on must not be held (its reports would wait for the whole tick).
+        let in_status: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 AND status = $2)",
+        )
+        .bind(run_id)
+        .bind(status)
+        .fetch_one(&mut *conn)
+        .await?;
+        if !in_status {
+            return Ok(None);
+        }
         let (k1, k2) = run_lock_key(run_id);
         let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_xact_lock($1, $2)")
             .bind(k1)

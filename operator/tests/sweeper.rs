@@ -438,3 +438,79 @@ async fn a_deposed_leader_writes_nothing() {
         Some(&1)
     );
 }
+
+/// The tick's locks last until it commits, so a run whose own job's threshold finds nothing due
+/// must not be locked at all: a probe on the tick's later event insert sees which run locks the
+/// tick holds.
+#[tokio::test]
+async fn a_run_with_nothing_due_is_not_held_for_the_tick() {
+    let env = Env::start(|_| {}).await;
+    let fence = env.fence().await;
+    // JOB waits 3 h for stale partitions; OTHER (no override) the global 90 min.
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"recovery": {"stale": "3h"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    let (patient, _) = env.extracting("PATIENT", &[3]).await;
+    let (due, _) = env.extracting("DUE", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    for run in [patient, due] {
+        env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
+    }
+    let mut db = env.conn().await;
+    for ddl in [
+        "CREATE TABLE public.lock_probe (classid bigint, objid bigint, objsubid int)",
+        "CREATE FUNCTION public.probe_locks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO public.lock_probe SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks \
+            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted; RETURN NEW; END $$",
+        "CREATE TRIGGER probe BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
+           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.probe_locks()",
+    ] {
+        sqlx::query(ddl).execute(&mut db).await.unwrap();
+    }
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("timeout_stale_partition"),
+        Some(&1),
+        "{report:?}"
+    );
+    // The run lock key (two int4 halves of the run id's folded hash), as pg_locks shows it.
+    let key = |run: Uuid| {
+        let b = run.as_u128();
+        let h = (b >> 64) as u64 ^ b as u64;
+        (((h >> 32) as u32) as i64, (h as u32) as i64)
+    };
+    let held: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT classid, objid FROM public.lock_probe WHERE objsubid = 2")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    assert!(
+        held.contains(&key(due)),
+        "the probe sees the run being timed out: {held:?}"
+    );
+    assert!(
+        !held.contains(&key(patient)),
+        "a run with nothing due was held for the tick"
+    );
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            patient
+        )
+        .await
+        .as_deref(),
+        Some("EXTRACTING")
+    );
+}

@@ -132,6 +132,19 @@ impl Ledger {
         .await?;
         for (run_id, job) in candidates {
             let t = jobs.of(&job, g);
+            // The candidates were chosen by the smallest threshold of any job; a run is locked
+            // (until the tick ends) only when its own job's threshold finds something to do.
+            let due: bool = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'RUNNING' \
+                   AND heartbeat_at < clock_timestamp() - make_interval(secs => $2))",
+            )
+            .bind(run_id)
+            .bind(secs(t.stale))
+            .fetch_one(&mut *conn)
+            .await?;
+            if !due {
+                continue;
+            }
             let Some(run) = self.try_lock_run(conn, run_id, "EXTRACTING").await? else {
                 continue;
             };
