@@ -13,6 +13,9 @@ use std::time::Duration;
 pub struct Answer {
     pub status: u16,
     pub body: Value,
+    /// An earlier attempt of this call got no answer (a transport error or a 5xx): the server
+    /// may have applied the call already.
+    pub retried: bool,
 }
 
 impl Answer {
@@ -100,6 +103,7 @@ impl NifiClient {
         Ok(Answer {
             status: status.as_u16(),
             body,
+            retried: false,
         })
     }
 
@@ -153,7 +157,12 @@ impl NifiClient {
                 Ok(a) if StatusCode::from_u16(a.status).is_ok_and(|s| s.is_server_error()) => {
                     last = format!("{method} {path}: {} {}", a.status, a.body);
                 }
-                Ok(a) => return Ok(a),
+                Ok(a) => {
+                    return Ok(Answer {
+                        retried: attempt > 0,
+                        ..a
+                    });
+                }
                 Err(e) => last = e,
             }
         }

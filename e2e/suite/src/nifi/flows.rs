@@ -457,7 +457,20 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         return; // VALIDATION_START failing stage: event only, the dispatch is retried
     };
     if !start.flag("started") {
-        return; // a resent dispatch: the first delivery runs the flow
+        // A start whose first attempt got no answer (the api-server was killed after it
+        // committed) is refused on replay (§4.9 answers started=false): this flow may well have
+        // won, and nothing would ever move the run on. NiFi cannot tell; PG-90 ends the run
+        // (explained) instead of leaving it STAGE_VALIDATING for an operator.
+        if start.retried && start.str("runStatus") == "STAGE_VALIDATING" {
+            sh.fail_run(
+                run,
+                "STAGE_VALIDATING",
+                "FAILED_STAGE_VALIDATION",
+                "STAGE_VALIDATION",
+            )
+            .await;
+        }
+        return; // otherwise a resent dispatch: the first delivery runs the flow
     }
     let extracted = start.body["extractedCount"]
         .as_u64()
