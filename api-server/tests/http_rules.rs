@@ -100,17 +100,7 @@ async fn unauthenticated_endpoints_and_routing_errors() {
 async fn oversized_bodies_are_413_on_every_route() {
     let api = Api::start_with(|c| c.server.max_body_bytes = 1024).await;
     let big = vec![b'x'; 4096];
-    let r = api
-        .raw(
-            "POST",
-            "/v1/runs",
-            &[
-                ("authorization", &format!("Bearer {NIFI}")),
-                ("content-type", "application/json"),
-            ],
-            big.clone(),
-        )
-        .await;
+    let r = post_bytes(&api, big.clone()).await;
     assert_eq!(r.status, 413);
     assert_eq!(r.body["code"], "PAYLOAD_TOO_LARGE");
     assert_eq!(r.body["details"], json!({"limit": 1024}));
@@ -680,17 +670,7 @@ async fn a_body_of_millions_of_values_is_a_422() {
     let api = Api::start().await;
     let body = format!("[{}0]", "0,".repeat(4_000_000)).into_bytes();
     assert!(body.len() < 16 * 1024 * 1024);
-    let r = api
-        .raw(
-            "POST",
-            "/v1/runs",
-            &[
-                ("authorization", &format!("Bearer {NIFI}")),
-                ("content-type", "application/json"),
-            ],
-            body,
-        )
-        .await;
+    let r = post_bytes(&api, body).await;
     assert_eq!(r.status, 422, "{:?}", r.body);
     assert_eq!(r.body["code"], "REQUEST_INVALID");
     assert!(
@@ -698,4 +678,18 @@ async fn a_body_of_millions_of_values_is_a_422() {
         "{}",
         r.body
     );
+}
+
+/// `POST /v1/runs` with raw `body` bytes, as NiFi (token, JSON content type).
+async fn post_bytes(api: &Api, body: Vec<u8>) -> Reply {
+    api.raw(
+        "POST",
+        "/v1/runs",
+        &[
+            ("authorization", &format!("Bearer {NIFI}")),
+            ("content-type", "application/json"),
+        ],
+        body,
+    )
+    .await
 }

@@ -127,6 +127,17 @@ impl Shared {
         self.anomaly(format!("PG-90 could not report the failure of {run}"));
     }
 
+    /// PG-90 for the STAGE_VALIDATION failing stage: STAGE_VALIDATING → FAILED_STAGE_VALIDATION.
+    async fn fail_stage_validation(&self, run: Uuid) {
+        self.fail_run(
+            run,
+            "STAGE_VALIDATING",
+            "FAILED_STAGE_VALIDATION",
+            "STAGE_VALIDATION",
+        )
+        .await
+    }
+
     /// A call whose only acceptable answer is 200.
     async fn post_ok(&self, path: &str, body: Value) -> Option<Answer> {
         let a = self.post(path, body).await?;
@@ -462,13 +473,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         // won, and nothing would ever move the run on. NiFi cannot tell; PG-90 ends the run
         // (explained) instead of leaving it STAGE_VALIDATING for an operator.
         if start.retried && start.str("runStatus") == "STAGE_VALIDATING" {
-            sh.fail_run(
-                run,
-                "STAGE_VALIDATING",
-                "FAILED_STAGE_VALIDATION",
-                "STAGE_VALIDATION",
-            )
-            .await;
+            sh.fail_stage_validation(run).await;
         }
         return; // otherwise a resent dispatch: the first delivery runs the flow
     }
@@ -491,13 +496,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
     };
     let Some(verdict) = verdict else {
         // PG-90: STAGE_VALIDATION failing stage → run fail.
-        sh.fail_run(
-            run,
-            "STAGE_VALIDATING",
-            "FAILED_STAGE_VALIDATION",
-            "STAGE_VALIDATION",
-        )
-        .await;
+        sh.fail_stage_validation(run).await;
         return;
     };
     if !verdict.flag("stageValidated") {
