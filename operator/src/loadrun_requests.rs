@@ -65,18 +65,8 @@ pub(crate) async fn act_on_requests(
             .ledger
             .cancel_run(run.run_id, &cancel.reason, &actor, Some(fence))
             .await?;
-        if out.changed {
-            publish(
-                ctx,
-                lr,
-                EventType::Normal,
-                "Cancelled",
-                format!("cancelled by {}: {}", actor.name, cancel.reason),
-                "Cancel",
-            )
-            .await;
-        }
-        return Ok(out.changed);
+        let note = format!("cancelled by {}: {}", actor.name, cancel.reason);
+        return Ok(carried_out(ctx, lr, out.changed, "Cancelled", note, "Cancel").await);
     }
     if let Some(res) = &lr.spec.resolution
         && phase == Some(RunStatus::PublishUnknown)
@@ -89,20 +79,25 @@ pub(crate) async fn act_on_requests(
             .ledger
             .resolve_publish_unknown(run.run_id, outcome, &res.reason, &actor, Some(fence))
             .await?;
-        if out.changed {
-            publish(
-                ctx,
-                lr,
-                EventType::Normal,
-                "Resolved",
-                format!("resolved as {outcome} by {}: {}", actor.name, res.reason),
-                "Resolve",
-            )
-            .await;
-        }
-        return Ok(out.changed);
+        let note = format!("resolved as {outcome} by {}: {}", actor.name, res.reason);
+        return Ok(carried_out(ctx, lr, out.changed, "Resolved", note, "Resolve").await);
     }
     Ok(false)
+}
+
+/// A Normal Event on the LoadRun when its request changed the run; whether it did.
+async fn carried_out(
+    ctx: &Context,
+    lr: &LoadRun,
+    changed: bool,
+    reason: &str,
+    note: String,
+    action: &str,
+) -> bool {
+    if changed {
+        publish(ctx, lr, EventType::Normal, reason, note, action).await;
+    }
+    changed
 }
 
 #[cfg(test)]
