@@ -23,10 +23,7 @@ fn loadctl(cp: &ControlPlane, args: &[&str]) -> (i32, String, String) {
 #[tokio::test(flavor = "multi_thread")]
 async fn kube_mode_reads_loadruns_and_writes_requests_on_them() {
     let cp = ControlPlane::start().await.expect("control plane");
-    let all: String = crds::crd_yaml()
-        .into_iter()
-        .map(|(_, y)| format!("{y}\n---\n"))
-        .collect();
+    let all = crds::all_crds_yaml();
     cp.install_crds(&all).await.unwrap();
     let ns = cp.create_namespace("loadctl").await.unwrap();
     let client = cp.client().await.unwrap();

@@ -41,10 +41,7 @@ const NIFI: &str = "nifi-token";
 
 async fn cluster() -> Cluster {
     let cp = ControlPlane::start().await.expect("control plane");
-    let all: String = crds::crd_yaml()
-        .into_iter()
-        .map(|(_, y)| format!("{y}\n---\n"))
-        .collect();
+    let all = crds::all_crds_yaml();
     cp.install_crds(&all).await.unwrap();
     let ns = cp.create_namespace("lc").await.unwrap();
     let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
@@ -687,10 +684,7 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
 #[tokio::test]
 async fn helm_install_creates_every_object() {
     let cp = ControlPlane::start().await.expect("control plane");
-    let all: String = crds::crd_yaml()
-        .into_iter()
-        .map(|(_, y)| format!("{y}\n---\n"))
-        .collect();
+    let all = crds::all_crds_yaml();
     cp.install_crds(&all).await.unwrap();
     let ns = cp.create_namespace("helm").await.unwrap();
     let rendered = render(&cp, "lc", &ns);

@@ -17,10 +17,7 @@ fn apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Output {
 #[tokio::test]
 async fn the_crds_install_and_enforce_patterns_and_immutability() {
     let cp = ControlPlane::start().await.expect("control plane");
-    let all: String = crds::crd_yaml()
-        .into_iter()
-        .map(|(_, y)| format!("{y}\n---\n"))
-        .collect();
+    let all = crds::all_crds_yaml();
     let names = cp.install_crds(&all).await.unwrap();
     assert_eq!(
         names,

@@ -99,10 +99,7 @@ pub async fn mirror(b: &Bench, s: &MirrorSizes) -> anyhow::Result<Value> {
 }
 
 async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> anyhow::Result<Value> {
-    let all: String = crds::crd_yaml()
-        .into_iter()
-        .map(|(_, y)| format!("{y}\n---\n"))
-        .collect();
+    let all = crds::all_crds_yaml();
     cp.install_crds(&all).await?;
     let ns = cp.create_namespace("bench").await?;
     let admin = cp.client().await?;
