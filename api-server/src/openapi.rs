@@ -17,7 +17,8 @@ pub struct ErrorDoc {
     pub code: String,
     pub message: String,
     pub request_id: String,
-    #[schema(value_type = Object)]
+    /// Omitted when empty.
+    #[schema(value_type = Object, required = false)]
     pub details: Option<Value>,
 }
 

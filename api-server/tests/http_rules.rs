@@ -513,6 +513,42 @@ async fn a_nul_character_is_a_422_and_writes_nothing() {
     assert_eq!(listed.status.as_u16(), 422, "{}", listed.body);
 }
 
+/// Found by the schema fuzzer: PostgreSQL keeps a jsonb number exactly and prints
+/// 1.7976931348623157e308 as a 309-digit integer, which serde_json's fast float parser rounded past
+/// f64::MAX ("number out of range"), so creating such a run answered 503 and NiFi retried it.
+/// Free-form numbers at the edges of f64 must round-trip.
+#[tokio::test]
+async fn free_form_numbers_at_the_edges_of_f64_round_trip() {
+    let api = Api::start().await;
+    let parameters =
+        json!({"max": f64::MAX, "min": f64::MIN, "tiny": 5e-324, "big": 6.707092002166461e232});
+    let created = api
+        .post(
+            "/v1/runs",
+            json!({"jobKey": "F64JOB", "businessKey": "b", "hdfsRoot": "/data",
+                   "stageTablePrefix": "t_", "parameters": parameters}),
+        )
+        .await;
+    assert_eq!(created.status.as_u16(), 200, "{}", created.body);
+    let run: Uuid = created.body["runId"]
+        .as_str()
+        .expect("runId")
+        .parse()
+        .expect("uuid");
+    let detail = api.get(&format!("/v1/runs/{run}")).await;
+    assert_eq!(detail.status.as_u16(), 200, "{}", detail.body);
+    assert_eq!(detail.body["jobKey"], "F64JOB", "{}", detail.body);
+    // Every operation reads the stored parameters back with the run row.
+    let cancel = api
+        .send_op(
+            &format!("/v1/runs/{run}/cancel"),
+            json!({"reason": "edge of f64"}),
+        )
+        .await;
+    assert_eq!(cancel.status.as_u16(), 200, "{}", cancel.body);
+    assert_eq!(api.run_status(run).await, "CANCELLED");
+}
+
 /// One HDFS file has one spelling: `p//f`, `p/./f` and the run directory itself are refused, so
 /// one file can never be recorded as several chunks.
 #[tokio::test]

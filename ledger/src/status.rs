@@ -6,8 +6,24 @@ macro_rules! string_enum {
     ($(#[$m:meta])* $name:ident { $($variant:ident = $text:literal),+ $(,)? }) => {
         $(#[$m])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-        #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
         pub enum $name { $(#[serde(rename = $text)] $variant),+ }
+        // Written out because the derive does not see the serde renames made inside this macro:
+        // the document listed the Rust variant names ("Created"), not the wire ones ("CREATED").
+        #[cfg(feature = "openapi")]
+        impl utoipa::PartialSchema for $name {
+            fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+                utoipa::openapi::schema::ObjectBuilder::new()
+                    .schema_type(utoipa::openapi::schema::Type::String)
+                    .enum_values(Some($name::ALL.iter().map(|v| v.as_str())))
+                    .into()
+            }
+        }
+        #[cfg(feature = "openapi")]
+        impl utoipa::ToSchema for $name {
+            fn name() -> std::borrow::Cow<'static, str> {
+                std::borrow::Cow::Borrowed(stringify!($name))
+            }
+        }
         impl $name {
             pub const ALL: &'static [$name] = &[$($name::$variant),+];
             pub fn as_str(self) -> &'static str { match self { $($name::$variant => $text),+ } }
