@@ -27,7 +27,8 @@ pub fn gate_due(agg: &ChunkAggregate, chunk_count: i64) -> bool {
 pub fn judge_chunk_gate(agg: &ChunkAggregate, chunk_count: i64, expected_rows: i64) -> GateVerdict {
     let complete = agg.files == chunk_count
         && agg.lo == Some(0)
-        && agg.hi.map(i64::from) == Some(chunk_count - 1)
+        // hi + 1 rather than chunk_count − 1: no overflow whatever the caller passes.
+        && agg.hi.map(|hi| i64::from(hi) + 1) == Some(chunk_count)
         && agg.distinct_counts == 1;
     if complete && agg.rows == expected_rows as i128 {
         GateVerdict::Success

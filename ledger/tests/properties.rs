@@ -1,0 +1,233 @@
+//! Property tests of the pure rules the model checker abstracts (docs/model.md): the manifest
+//! invariants (CONTRACT §5.2) and the chunk gate (§5.3), against generated inputs and against a
+//! reference written straight from the contract's words.
+use ledger::Decimal38;
+use ledger::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
+use ledger::manifest::{Manifest, ManifestPartition, manifest_violations};
+use proptest::prelude::*;
+use std::collections::BTreeMap;
+
+fn dec(v: i128) -> Option<Decimal38> {
+    Decimal38::parse(&v.to_string())
+}
+
+fn ranged(id: String, lo: i128, hi: i128, inclusive: bool, rows: i64) -> ManifestPartition {
+    ManifestPartition {
+        partition_id: id,
+        lower_bound: dec(lo),
+        upper_bound: dec(hi),
+        lower_text: Some(lo.to_string()),
+        upper_text: Some(hi.to_string()),
+        upper_inclusive: inclusive,
+        is_null_partition: false,
+        expected_row_count: rows,
+    }
+}
+
+/// A valid manifest: contiguous ranges between increasing boundaries, only the last inclusive,
+/// counts summing to the source count, and maybe a NULL partition; partitions in any order.
+fn valid_manifest() -> impl Strategy<Value = Manifest> {
+    (
+        prop::collection::vec(1i128..1_000_000, 1..40),
+        -1_000_000_000i128..1_000_000_000,
+        prop::option::of(0i64..1_000),
+        any::<u64>(),
+    )
+        .prop_flat_map(|(steps, start, nulls, shuffle)| {
+            let n = steps.len();
+            (
+                Just(steps),
+                Just(start),
+                Just(nulls),
+                Just(shuffle),
+                prop::collection::vec(0i64..1_000_000_000, n),
+            )
+        })
+        .prop_map(|(steps, start, nulls, shuffle, rows)| {
+            let mut bounds = vec![start];
+            for s in &steps {
+                bounds.push(bounds.last().unwrap() + s);
+            }
+            let n = steps.len();
+            let mut partitions: Vec<ManifestPartition> = (0..n)
+                .map(|i| {
+                    ranged(
+                        format!("{i:04}"),
+                        bounds[i],
+                        bounds[i + 1],
+                        i == n - 1,
+                        rows[i],
+                    )
+                })
+                .collect();
+            if let Some(rows) = nulls {
+                partitions.push(ManifestPartition {
+                    partition_id: "NULL".into(),
+                    lower_bound: None,
+                    upper_bound: None,
+                    lower_text: None,
+                    upper_text: None,
+                    upper_inclusive: false,
+                    is_null_partition: true,
+                    expected_row_count: rows,
+                });
+            }
+            // Order must not matter: rotate by a generated amount.
+            let len = partitions.len();
+            partitions.rotate_left((shuffle as usize) % len);
+            let source: i64 = rows.iter().sum::<i64>() + nulls.unwrap_or(0);
+            Manifest {
+                snapshot_scn: dec(1_234_567_890),
+                source_count: source,
+                source_null_split_count: nulls.unwrap_or(0),
+                source_min_split: dec(bounds[0]),
+                source_max_split: dec(*bounds.last().unwrap()),
+                planned_partition_count: len as i64,
+                source_metrics: vec![],
+                source_metrics_version: "v1".into(),
+                partitions,
+            }
+        })
+}
+
+fn has(violations: &[String], code: &str) -> bool {
+    violations.iter().any(|v| v.starts_with(code))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2_000))]
+
+    #[test]
+    fn a_valid_manifest_has_no_violation(m in valid_manifest()) {
+        prop_assert_eq!(manifest_violations(&m, true), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_changed_count_is_an_expected_sum_mismatch(m in valid_manifest(), pick in any::<usize>(), delta in 1i64..1_000) {
+        let mut m = m;
+        let i = pick % m.partitions.len();
+        m.partitions[i].expected_row_count += delta;
+        let v = manifest_violations(&m, true);
+        prop_assert!(has(&v, "EXPECTED_SUM_MISMATCH"), "{:?}", v);
+    }
+
+    #[test]
+    fn a_moved_boundary_is_a_gap_or_an_overlap(m in valid_manifest(), pick in any::<usize>(), shift in prop_oneof![-1_000i128..0, 1i128..1_000]) {
+        let mut m = m;
+        let ranged: Vec<usize> = (0..m.partitions.len()).filter(|i| !m.partitions[*i].is_null_partition).collect();
+        prop_assume!(ranged.len() >= 2);
+        // Move the lower bound of a partition that is not the first one.
+        let first = ranged.iter().copied().min_by_key(|i| m.partitions[*i].lower_bound).unwrap();
+        let i = ranged.iter().copied().filter(|i| *i != first).nth(pick % (ranged.len() - 1)).unwrap();
+        let p = &mut m.partitions[i];
+        let lo = p.lower_bound.unwrap().value() + shift;
+        prop_assume!(lo <= p.upper_bound.unwrap().value());
+        p.lower_bound = dec(lo);
+        let v = manifest_violations(&m, true);
+        prop_assert!(has(&v, "RANGE_GAP_OR_OVERLAP") || has(&v, "UPPER_INCLUSIVE_INVALID"), "{:?}", v);
+    }
+
+    #[test]
+    fn a_duplicated_id_or_a_wrong_planned_count_is_refused(m in valid_manifest(), pick in any::<usize>()) {
+        let mut dup = m.clone();
+        let copy = dup.partitions[pick % dup.partitions.len()].clone();
+        dup.partitions.push(copy);
+        let v = manifest_violations(&dup, true);
+        prop_assert!(has(&v, "DUPLICATE_PARTITION_ID"), "{:?}", v);
+        prop_assert!(has(&v, "PARTITION_COUNT_MISMATCH"), "{:?}", v);
+        let mut planned = m;
+        planned.planned_partition_count += 1;
+        let v = manifest_violations(&planned, true);
+        prop_assert!(has(&v, "PARTITION_COUNT_MISMATCH"), "{:?}", v);
+    }
+
+    #[test]
+    fn an_inclusive_upper_bound_anywhere_but_last_is_refused(m in valid_manifest(), pick in any::<usize>()) {
+        let mut m = m;
+        let i = pick % m.partitions.len();
+        prop_assume!(!m.partitions[i].is_null_partition);
+        m.partitions[i].upper_inclusive = !m.partitions[i].upper_inclusive;
+        let v = manifest_violations(&m, true);
+        prop_assert!(has(&v, "UPPER_INCLUSIVE_INVALID"), "{:?}", v);
+    }
+}
+
+/// One stored chunk row: index, the chunkCount it was reported with, its recordCount.
+type Chunk = (i32, i64, i64);
+
+/// The aggregate §4.7 step 8 computes over WRITTEN rows (chunk index is the primary key).
+fn aggregate(chunks: &BTreeMap<i32, (i64, i64)>) -> ChunkAggregate {
+    let mut counts: Vec<i64> = chunks.values().map(|(c, _)| *c).collect();
+    counts.sort();
+    counts.dedup();
+    ChunkAggregate {
+        files: chunks.len() as i64,
+        lo: chunks.keys().next().copied(),
+        hi: chunks.keys().next_back().copied(),
+        rows: chunks.values().map(|(_, r)| *r as i128).sum(),
+        bytes: None,
+        distinct_counts: counts.len() as i64,
+    }
+}
+
+/// §5.3 in words: every index 0..chunkCount−1 reported exactly once with this chunkCount, nothing
+/// else, and the rows add up to the expected count.
+fn contract_success(chunks: &BTreeMap<i32, (i64, i64)>, chunk_count: i64, expected: i64) -> bool {
+    chunks.len() as i64 == chunk_count
+        && (0..chunk_count).all(|i| {
+            i32::try_from(i)
+                .ok()
+                .and_then(|i| chunks.get(&i))
+                .is_some_and(|(c, _)| *c == chunk_count)
+        })
+        && chunks.values().map(|(_, r)| *r as i128).sum::<i128>() == expected as i128
+}
+
+fn chunk_sets() -> impl Strategy<Value = (BTreeMap<i32, (i64, i64)>, Chunk, i64)> {
+    (1i64..8, 0i64..50)
+        .prop_flat_map(|(count, per_chunk)| {
+            // Mostly well-formed reports, with extra, missing and disagreeing chunks mixed in.
+            let chunk = (
+                0i32..(count as i32 + 2),
+                prop_oneof![8 => Just(count), 1 => 1i64..9],
+                prop_oneof![8 => Just(per_chunk), 1 => 0i64..60],
+            );
+            (
+                prop::collection::vec(chunk.clone(), 0..(count as usize + 3)),
+                chunk,
+                prop_oneof![3 => Just(count * per_chunk), 1 => 0i64..400],
+            )
+        })
+        .prop_map(|(earlier, current, expected)| {
+            let mut stored = BTreeMap::new();
+            for (i, c, r) in earlier {
+                stored.insert(i, (c, r));
+            }
+            // The report being judged is upserted last.
+            stored.insert(current.0, (current.1, current.2));
+            (stored, current, expected)
+        })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(5_000))]
+
+    #[test]
+    fn the_gate_passes_exactly_when_the_contract_says(set in chunk_sets()) {
+        let (stored, (_, chunk_count, _), expected) = set;
+        let agg = aggregate(&stored);
+        let verdict = judge_chunk_gate(&agg, chunk_count, expected);
+        prop_assert_eq!(verdict == GateVerdict::Success, contract_success(&stored, chunk_count, expected), "{:?} {:?}", stored, verdict);
+        // Judged only once enough chunks are in, and a success always is.
+        if verdict == GateVerdict::Success {
+            prop_assert!(gate_due(&agg, chunk_count));
+        }
+    }
+
+    #[test]
+    fn the_gate_never_panics_on_any_aggregate(files in any::<i64>(), lo in any::<Option<i32>>(), hi in any::<Option<i32>>(), rows in any::<i128>(), distinct in any::<i64>(), count in any::<i64>(), expected in any::<i64>()) {
+        let agg = ChunkAggregate { files, lo, hi, rows, bytes: None, distinct_counts: distinct };
+        let _ = judge_chunk_gate(&agg, count, expected);
+        let _ = gate_due(&agg, count);
+    }
+}
