@@ -696,6 +696,11 @@ async fn helm_install_creates_every_object() {
         rendered.contains("readOnlyRootFilesystem: true")
             && rendered.contains("runAsNonRoot: true")
     );
+    // Memory per pod is bounded by default: requests in flight are limited.
+    assert!(
+        rendered.contains("limit_concurrency: 16"),
+        "the chart limits requests in flight by default"
+    );
     // Hook pods never match the Deployment's selector (the Service would route to them).
     let docs: Vec<serde_yaml::Value> = rendered
         .split("\n---")
