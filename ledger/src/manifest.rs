@@ -16,6 +16,36 @@ pub struct ManifestPartition {
     pub expected_row_count: i64,
 }
 
+impl ManifestPartition {
+    /// A range partition written as text, as a request would send it.
+    pub fn range(id: &str, lower: &str, upper: &str, upper_inclusive: bool, rows: i64) -> Self {
+        ManifestPartition {
+            partition_id: id.into(),
+            lower_bound: Decimal38::parse(lower),
+            upper_bound: Decimal38::parse(upper),
+            lower_text: Some(lower.into()),
+            upper_text: Some(upper.into()),
+            upper_inclusive,
+            is_null_partition: false,
+            expected_row_count: rows,
+        }
+    }
+
+    /// The partition of rows whose split column is NULL.
+    pub fn null(rows: i64) -> Self {
+        ManifestPartition {
+            partition_id: "NULL".into(),
+            lower_bound: None,
+            upper_bound: None,
+            lower_text: None,
+            upper_text: None,
+            upper_inclusive: false,
+            is_null_partition: true,
+            expected_row_count: rows,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Manifest {
     pub snapshot_scn: Option<Decimal38>,
@@ -130,29 +160,11 @@ mod tests {
     }
 
     fn part(id: &str, lo: &str, hi: &str, incl: bool, rows: i64) -> ManifestPartition {
-        ManifestPartition {
-            partition_id: id.into(),
-            lower_bound: d(lo),
-            upper_bound: d(hi),
-            lower_text: Some(lo.into()),
-            upper_text: Some(hi.into()),
-            upper_inclusive: incl,
-            is_null_partition: false,
-            expected_row_count: rows,
-        }
+        ManifestPartition::range(id, lo, hi, incl, rows)
     }
 
     fn null_part(rows: i64) -> ManifestPartition {
-        ManifestPartition {
-            partition_id: "NULL".into(),
-            lower_bound: None,
-            upper_bound: None,
-            lower_text: None,
-            upper_text: None,
-            upper_inclusive: false,
-            is_null_partition: true,
-            expected_row_count: rows,
-        }
+        ManifestPartition::null(rows)
     }
 
     fn manifest(parts: Vec<ManifestPartition>, source: i64) -> Manifest {

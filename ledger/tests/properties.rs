@@ -11,19 +11,6 @@ fn dec(v: i128) -> Option<Decimal38> {
     Decimal38::parse(&v.to_string())
 }
 
-fn ranged(id: String, lo: i128, hi: i128, inclusive: bool, rows: i64) -> ManifestPartition {
-    ManifestPartition {
-        partition_id: id,
-        lower_bound: dec(lo),
-        upper_bound: dec(hi),
-        lower_text: Some(lo.to_string()),
-        upper_text: Some(hi.to_string()),
-        upper_inclusive: inclusive,
-        is_null_partition: false,
-        expected_row_count: rows,
-    }
-}
-
 /// A valid manifest: contiguous ranges between increasing boundaries, only the last inclusive,
 /// counts summing to the source count, and maybe a NULL partition; partitions in any order.
 fn valid_manifest() -> impl Strategy<Value = Manifest> {
@@ -51,26 +38,17 @@ fn valid_manifest() -> impl Strategy<Value = Manifest> {
             let n = steps.len();
             let mut partitions: Vec<ManifestPartition> = (0..n)
                 .map(|i| {
-                    ranged(
-                        format!("{i:04}"),
-                        bounds[i],
-                        bounds[i + 1],
+                    ManifestPartition::range(
+                        &format!("{i:04}"),
+                        &bounds[i].to_string(),
+                        &bounds[i + 1].to_string(),
                         i == n - 1,
                         rows[i],
                     )
                 })
                 .collect();
             if let Some(rows) = nulls {
-                partitions.push(ManifestPartition {
-                    partition_id: "NULL".into(),
-                    lower_bound: None,
-                    upper_bound: None,
-                    lower_text: None,
-                    upper_text: None,
-                    upper_inclusive: false,
-                    is_null_partition: true,
-                    expected_row_count: rows,
-                });
+                partitions.push(ManifestPartition::null(rows));
             }
             // Order must not matter: rotate by a generated amount.
             let len = partitions.len();
