@@ -6,7 +6,9 @@
 //! `CREATE DATABASE`, not a migration run.
 use ledger::{Ledger, LedgerConfig};
 use sqlx::{Connection, PgConnection};
+use std::collections::BTreeSet;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
@@ -44,6 +46,21 @@ fn db_url(admin: &str, db: &str) -> String {
 
 static TEMPLATE: OnceCell<String> = OnceCell::const_new();
 
+/// Databases this test process created. The sweep of earlier runs' databases skips them: a test
+/// whose database has no connection open at that instant (between two `migrate` processes, say)
+/// would otherwise lose it to a sibling test that happens to build the template.
+static CREATED_HERE: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// A new test database name, recorded before the database exists.
+fn new_database_name() -> String {
+    let name = format!("t_{}", Uuid::new_v4().simple());
+    CREATED_HERE
+        .lock()
+        .expect("the set of created databases")
+        .insert(name.clone());
+    name
+}
+
 /// Name of the template database for the current migration set, created on first use.
 async fn template(admin: &str) -> String {
     TEMPLATE
@@ -70,7 +87,8 @@ async fn template(admin: &str) -> String {
                         .fetch_all(&mut conn)
                         .await
                         .unwrap();
-                for (db,) in old {
+                let ours = CREATED_HERE.lock().expect("the set of created databases").clone();
+                for (db,) in old.into_iter().filter(|(db,)| !ours.contains(db)) {
                     let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS \"{db}\""))).execute(&mut conn).await;
                 }
                 let build = format!("{name}_build");
@@ -95,7 +113,7 @@ impl TestDb {
         install_crypto();
         let admin = admin_url();
         let tpl = template(&admin).await;
-        let name = format!("t_{}", Uuid::new_v4().simple());
+        let name = new_database_name();
         let mut conn = PgConnection::connect(&admin)
             .await
             .expect("connect to the test PostgreSQL");
@@ -113,7 +131,7 @@ impl TestDb {
     pub async fn empty() -> TestDb {
         install_crypto();
         let admin = admin_url();
-        let name = format!("t_{}", Uuid::new_v4().simple());
+        let name = new_database_name();
         let mut conn = PgConnection::connect(&admin)
             .await
             .expect("connect to the test PostgreSQL");
