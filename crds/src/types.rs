@@ -313,7 +313,13 @@ pub struct LoadRunStatus {
     pub completed_at: Option<String>,
     pub error: Option<RunError>,
     pub dispatches: DispatchCounts,
-    /// The ledger's `version_no` this status reflects.
+    /// The ledger's `version_no` this status reflects. It never goes back: the API server refuses
+    /// a status older than the one stored, so a deposed or stalled leader cannot regress a
+    /// LoadRun even for a moment.
+    #[schemars(extend("x-kubernetes-validations" = [{
+        "rule": "self >= oldSelf",
+        "message": "ledgerVersion never goes back: this status is older than the one stored (a deposed leader's write?)"
+    }]))]
     pub ledger_version: i64,
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
