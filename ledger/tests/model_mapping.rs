@@ -41,6 +41,10 @@ const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
     ),
     ("remove_job", "per-job settings only"),
     (
+        "loadjob_owned_jobs",
+        "read-only (the mirror's orphan check)",
+    ),
+    (
         "sweep",
         "one tick; each of its rules is mapped on its own as sweep.<rule>",
     ),

@@ -163,6 +163,17 @@ impl Ledger {
         })
     }
 
+    /// The jobs a LoadJob owns now: (jobKey, source) of every row not removed whose source is a
+    /// `LoadJob/<namespace>/<name>`. The mirror compares them with the LoadJobs that exist.
+    pub async fn loadjob_owned_jobs(&self) -> LedgerResult<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT job_key, source FROM nifi_ops.load_job \
+              WHERE removed_at IS NULL AND source LIKE 'LoadJob/%' ORDER BY job_key",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Active and last runs of a job and its counts over the last 24 h.
     pub async fn job_summary(&self, job_key: &str) -> LedgerResult<JobSummary> {
         let mut s = JobSummary::default();
