@@ -484,12 +484,13 @@ pub async fn openapi_json(State(s): State<AppState>) -> Response {
     Json(crate::openapi::document(&s.0.config.server.root_path)).into_response()
 }
 
-#[utoipa::path(get, path = "/metrics", description = "Prometheus text exposition (§9.1).", responses((status = 200, description = "OK")))]
+#[utoipa::path(get, path = "/metrics", description = "Prometheus exposition in the OpenMetrics text format (§9.1).", responses((status = 200, description = "OK")))]
 pub async fn metrics(State(s): State<AppState>) -> Response {
+    // prometheus-client writes OpenMetrics text (ending in `# EOF`): served as what it is.
     (
         [(
             header::CONTENT_TYPE,
-            "text/plain; version=0.0.4; charset=utf-8",
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
         s.0.metrics.render(),
     )

@@ -45,6 +45,8 @@ pub struct Context {
     pub client: Client,
     pub ledger: Ledger,
     pub fence: watch::Receiver<Option<Fence>>,
+    /// The Lease's renew deadline: checked with the fence before every Kubernetes write.
+    pub leading_until: crate::lease::LeadingUntil,
     pub recorder: Recorder,
     pub lease: Duration,
     /// What the LoadRun mirror should look at next.
@@ -71,12 +73,13 @@ pub struct RetryAfter {
 }
 
 impl Context {
-    /// Whether this process still holds the epoch `fence` was won with: every Kubernetes write of
-    /// the mirror checks it first, so a deposed leader stops writing at once, not at the end of
-    /// its pass.
+    /// Whether this process still holds the epoch `fence` was won with, and its last Lease
+    /// renewal is within the renew deadline: every Kubernetes write checks it first, so a deposed
+    /// or stalled leader stops writing at once, not at the end of its pass or when its renew loop
+    /// next runs.
     pub(crate) fn still_leads(&self, fence: &Fence) -> Result<(), LoopError> {
         match self.fence.borrow().as_ref() {
-            Some(f) if f.epoch == fence.epoch => Ok(()),
+            Some(f) if f.epoch == fence.epoch && self.leading_until.holds() => Ok(()),
             _ => Err(LoopError::NotLeading(fence.epoch)),
         }
     }
@@ -89,7 +92,7 @@ pub enum LoopError {
     #[error("ledger: {0}")]
     Ledger(#[from] ledger::LedgerError),
     #[error("finalizer: {0}")]
-    Finalizer(String),
+    Finalizer(#[source] Box<kube::runtime::finalizer::Error<LoopError>>),
     #[error("leadership of epoch {0} lost: nothing more is written")]
     NotLeading(i64),
     #[error("cannot be read: {0}")]
@@ -102,15 +105,29 @@ impl LoopError {
     /// wrote first: retry soon), `not_leading` (this process was deposed), `transient` (the API
     /// server or the database: back off).
     pub fn class(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as F;
         match self {
-            LoopError::Kube(kube::Error::Api(e)) if e.code == 409 => "conflict",
-            LoopError::Kube(kube::Error::Api(e)) if e.code == 400 || e.code == 422 => "invalid",
+            LoopError::Finalizer(f) => match f.as_ref() {
+                F::ApplyFailed(e) | F::CleanupFailed(e) => e.class(),
+                F::AddFinalizer(e) | F::RemoveFinalizer(e) => kube_class(e),
+                _ => "invalid",
+            },
+            LoopError::Kube(e) => kube_class(e),
             LoopError::Unreadable(_) => "invalid",
             LoopError::Ledger(ledger::LedgerError::Fenced { .. }) | LoopError::NotLeading(_) => {
                 "not_leading"
             }
             _ => "transient",
         }
+    }
+}
+
+/// The class of a Kubernetes API error (see [`LoopError::class`]).
+fn kube_class(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::Api(e) if e.code == 409 => "conflict",
+        kube::Error::Api(e) if e.code == 400 || e.code == 422 => "invalid",
+        _ => "transient",
     }
 }
 
@@ -184,6 +201,33 @@ pub fn recorder(client: Client, identity: &str) -> Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn finalizer_errors_keep_the_class_of_what_failed() {
+        use kube::runtime::finalizer::Error as F;
+        let api = |code: u16| {
+            kube::Error::Api(
+                kube::core::Status::failure("x", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            )
+        };
+        let fin = |e| LoopError::Finalizer(Box::new(e));
+        assert_eq!(
+            fin(F::ApplyFailed(LoopError::NotLeading(3))).class(),
+            "not_leading"
+        );
+        assert_eq!(
+            fin(F::CleanupFailed(LoopError::Unreadable("x".into()))).class(),
+            "invalid"
+        );
+        assert_eq!(fin(F::AddFinalizer(api(409))).class(), "conflict");
+        assert_eq!(fin(F::RemoveFinalizer(api(503))).class(), "transient");
+        assert_eq!(
+            fin(F::ApplyFailed(LoopError::Kube(api(422)))).class(),
+            "invalid"
+        );
+    }
 
     #[test]
     fn the_error_policy_follows_the_class() {

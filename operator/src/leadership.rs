@@ -61,7 +61,17 @@ impl Leadership for AdvisoryLockLeadership {
     async fn acquire(&mut self) -> anyhow::Result<Fence> {
         loop {
             match self.try_lock().await {
-                Ok(true) => return Ok(self.ledger.acquire_epoch(&self.holder).await?),
+                Ok(true) => match self.ledger.acquire_epoch(&self.holder).await {
+                    Ok(fence) => return Ok(fence),
+                    // A database that cannot take writes now (a read-only standby behind a
+                    // moving address, recovery, a failover): wait it out, never exit. The lock
+                    // is given back so that the session it lives on is not trusted.
+                    Err(e) => {
+                        tracing::warn!(event = "leader_epoch_error", error = %e,
+                            "holding the leader lock but cannot bump the epoch; releasing it and retrying");
+                        self.release().await;
+                    }
+                },
                 Ok(false) => {}
                 Err(e) => {
                     tracing::warn!(event = "leader_lock_error", error = %e, "cannot reach the database for the leader lock")

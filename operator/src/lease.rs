@@ -1,6 +1,13 @@
-//! Leadership on the `coordination.k8s.io/v1` Lease `load-control-leader` (CONTRACT §7.1), with
-//! client-go's fixed timings: 15 s lease, 10 s renew deadline, 2 s retry. Every write is a
-//! compare-and-swap on the Lease's resourceVersion, so two candidates never both win.
+//! Leadership on a `coordination.k8s.io/v1` Lease (CONTRACT §7.1; default name
+//! `load-control-leader`, the chart names it after the release) with client-go's semantics and
+//! default timings: 15 s lease, 10 s renew deadline, 2 s retry. Every write is a compare-and-swap
+//! on the Lease's resourceVersion, so two candidates never both win.
+//!
+//! The renew deadline is measured from the last *successful* write of the Lease (acquisition or
+//! renewal), whichever call is running: bumping the epoch, renewing, or a process resumed after a
+//! stall. Once it passes, the fence is withdrawn and [`LeadingUntil`] says no, so every leader
+//! task stops before any candidate can take the Lease (renew deadline + one retry < lease
+//! duration, checked by [`LeaseSettings::validate`]).
 //!
 //! As in client-go, a candidate judges expiry on its own clock: it takes another holder's Lease
 //! only when it has seen the same record (holder, renew time, resourceVersion) unchanged for the
@@ -13,11 +20,101 @@ use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::PostParams;
 use ledger::{Fence, Ledger};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const LEASE_NAME: &str = "load-control-leader";
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The Lease's name and timings (flags `--lease-name`, `--lease-duration`, `--renew-deadline`,
+/// `--retry-period`; chart values `leaderElection.*`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LeaseSettings {
+    pub name: String,
+    /// How long a candidate waits, on its own clock, for an unchanged record before taking it.
+    pub duration: Duration,
+    /// How long a leader goes on without a successful renewal before it stops leading.
+    pub renew_deadline: Duration,
+    /// How often a leader renews and a candidate tries.
+    pub retry: Duration,
+}
+
+impl Default for LeaseSettings {
+    fn default() -> LeaseSettings {
+        LeaseSettings {
+            name: LEASE_NAME.into(),
+            duration: Duration::from_secs(LEASE_SECONDS as u64),
+            renew_deadline: RENEW_DEADLINE,
+            retry: RETRY_PERIOD,
+        }
+    }
+}
+
+impl LeaseSettings {
+    /// A leader must have stopped (renew deadline) and noticed it (one retry) before any
+    /// candidate can acquire (lease duration); the name must be a Kubernetes object name.
+    pub fn validate(&self) -> Result<(), String> {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= 253
+            && self.name.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            });
+        if !name_ok {
+            return Err(format!(
+                "lease name {:?} is not a Kubernetes object name (lowercase letters, digits, '-' and '.')",
+                self.name
+            ));
+        }
+        if self.retry.is_zero() || self.duration.as_secs() == 0 || self.duration.subsec_nanos() != 0
+        {
+            return Err(
+                "the lease duration must be whole seconds and the retry period above zero".into(),
+            );
+        }
+        if self.duration.as_secs() > i32::MAX as u64 {
+            return Err("the lease duration is too long".into());
+        }
+        if self.renew_deadline + self.retry >= self.duration {
+            return Err(format!(
+                "renew deadline ({:?}) + retry period ({:?}) must be shorter than the lease duration ({:?}): otherwise a candidate may take the Lease while the old leader still acts",
+                self.renew_deadline, self.retry, self.duration
+            ));
+        }
+        if self.retry >= self.renew_deadline {
+            return Err(format!(
+                "the retry period ({:?}) must be shorter than the renew deadline ({:?}): a leader must get a second try",
+                self.retry, self.renew_deadline
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Until when this process may act as leader: the last successful Lease write plus the renew
+/// deadline (None: not leading). Kubernetes writes check it right before they are sent, so a
+/// process resumed after a stall writes nothing, even before its renew loop has run again.
+#[derive(Clone, Default)]
+pub struct LeadingUntil(Arc<Mutex<Option<Instant>>>);
+
+impl LeadingUntil {
+    pub fn set(&self, until: Option<Instant>) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = until;
+    }
+
+    /// Whether the deadline is still ahead.
+    pub fn holds(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|t| Instant::now() < t)
+    }
+}
 
 /// What a candidate saw of another holder's Lease, and when (on its own clock).
 #[derive(Debug, Clone, PartialEq)]
@@ -34,6 +131,10 @@ pub struct KubeLeaseLeadership {
     held: Option<Lease>,
     /// The other holder's record as last seen.
     observed: Option<Observed>,
+    settings: LeaseSettings,
+    /// When the Lease was last written by us with success (acquired or renewed).
+    renewed: Option<Instant>,
+    leading_until: LeadingUntil,
 }
 
 /// Whether `holder` may take the lease now (pure, for unit tests): it is free or ours, or the
@@ -60,14 +161,43 @@ fn record(lease: &Lease) -> (Option<String>, Option<String>, Option<String>) {
 }
 
 impl KubeLeaseLeadership {
-    pub fn new(client: kube::Client, namespace: &str, ledger: Ledger, holder: String) -> Self {
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        ledger: Ledger,
+        holder: String,
+        settings: LeaseSettings,
+    ) -> Self {
         KubeLeaseLeadership {
             api: Api::namespaced(client, namespace),
             ledger,
             holder,
             held: None,
             observed: None,
+            settings,
+            renewed: None,
+            leading_until: LeadingUntil::default(),
         }
+    }
+
+    /// Until when this process may act as leader (shared with the Kubernetes loops).
+    pub fn leading_until(&self) -> LeadingUntil {
+        self.leading_until.clone()
+    }
+
+    /// A successful write of the Lease at `at`.
+    fn renewed_at(&mut self, lease: Lease, at: Instant) {
+        self.held = Some(lease);
+        self.renewed = Some(at);
+        self.leading_until
+            .set(Some(at + self.settings.renew_deadline));
+    }
+
+    /// Leadership is over (lost, or given up).
+    fn stop_leading(&mut self) {
+        self.held = None;
+        self.renewed = None;
+        self.leading_until.set(None);
     }
 
     fn spec(&self, previous: Option<&LeaseSpec>, now: Timestamp) -> LeaseSpec {
@@ -76,7 +206,7 @@ impl KubeLeaseLeadership {
         let transitions = previous.and_then(|p| p.lease_transitions).unwrap_or(0);
         LeaseSpec {
             holder_identity: Some(self.holder.clone()),
-            lease_duration_seconds: Some(LEASE_SECONDS),
+            lease_duration_seconds: Some(self.settings.duration.as_secs() as i32),
             acquire_time: if ours {
                 previous.and_then(|p| p.acquire_time.clone())
             } else {
@@ -95,18 +225,21 @@ impl KubeLeaseLeadership {
     /// One attempt; `Ok(true)` when we hold the lease afterwards.
     pub async fn try_acquire(&mut self) -> anyhow::Result<bool> {
         let now = Timestamp::now();
-        match self.api.get_opt(LEASE_NAME).await? {
+        // The deadline counts from before the request was sent: the API server may have
+        // written it at any moment until the answer came.
+        let sent = Instant::now();
+        match self.api.get_opt(&self.settings.name).await? {
             None => {
                 let lease = Lease {
                     metadata: ObjectMeta {
-                        name: Some(LEASE_NAME.into()),
+                        name: Some(self.settings.name.clone()),
                         ..Default::default()
                     },
                     spec: Some(self.spec(None, now)),
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
                     Ok(l) => {
-                        self.held = Some(l);
+                        self.renewed_at(l, sent);
                         Ok(true)
                     }
                     Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
@@ -134,11 +267,11 @@ impl KubeLeaseLeadership {
                 };
                 match self
                     .api
-                    .replace(LEASE_NAME, &PostParams::default(), &lease)
+                    .replace(&self.settings.name, &PostParams::default(), &lease)
                     .await
                 {
                     Ok(l) => {
-                        self.held = Some(l);
+                        self.renewed_at(l, sent);
                         self.observed = None;
                         Ok(true)
                     }
@@ -159,45 +292,70 @@ impl KubeLeaseLeadership {
             metadata: held.metadata.clone(),
             spec: Some(self.spec(held.spec.as_ref(), Timestamp::now())),
         };
+        let sent = Instant::now();
         match self
             .api
-            .replace(LEASE_NAME, &PostParams::default(), &lease)
+            .replace(&self.settings.name, &PostParams::default(), &lease)
             .await
         {
             Ok(l) => {
-                self.held = Some(l);
+                self.renewed_at(l, sent);
                 Ok(true)
             }
             // Deleted under us: whoever creates it next leads; we do not.
             Err(kube::Error::Api(e)) if e.code == 404 => {
-                self.held = None;
+                self.stop_leading();
                 Ok(false)
             }
+            // Written by someone else since our last write. Still ours only if we wrote it
+            // (an answer lost in transit); that read is no renewal, so the deadline stays.
             Err(kube::Error::Api(e)) if e.code == 409 => {
-                let current = self.api.get_opt(LEASE_NAME).await?;
+                let current = self.api.get_opt(&self.settings.name).await?;
                 let ours = current
                     .as_ref()
                     .and_then(|l| l.spec.as_ref())
                     .and_then(|s| s.holder_identity.as_deref())
                     == Some(self.holder.as_str());
-                self.held = current.filter(|_| ours);
+                match current.filter(|_| ours) {
+                    Some(l) => self.held = Some(l),
+                    None => self.stop_leading(),
+                }
                 Ok(ours)
             }
             Err(e) => Err(e.into()),
         }
     }
 
-    /// Renews every retry period until the renew deadline passes without a successful renewal
-    /// (each attempt bounded, so a hung API call cannot keep a lost Lease looking held), or
-    /// someone else holds the Lease.
+    /// Renews every retry period until the renew deadline, counted from the last successful
+    /// write whenever that was, passes without another (each attempt bounded by the time left, so
+    /// a hung API call cannot keep a lost Lease looking held), or someone else holds the Lease.
     async fn keep_renewing(&mut self) {
-        let mut renewed = Instant::now();
         loop {
-            tokio::time::sleep(RETRY_PERIOD).await;
-            let left = RENEW_DEADLINE.saturating_sub(renewed.elapsed());
-            let attempt = tokio::time::timeout(left.max(Duration::from_millis(100)), self.renew());
+            let Some(renewed) = self.renewed else { return };
+            if renewed.elapsed() >= self.settings.renew_deadline {
+                tracing::warn!(
+                    event = "leader_renew_deadline",
+                    since_last_renewal_s = renewed.elapsed().as_secs_f64(),
+                    "no renewal within the renew deadline: giving leadership up"
+                );
+                self.stop_leading();
+                return;
+            }
+            let left = self
+                .settings
+                .renew_deadline
+                .saturating_sub(renewed.elapsed());
+            tokio::time::sleep(self.settings.retry.min(left)).await;
+            let left = self
+                .settings
+                .renew_deadline
+                .saturating_sub(renewed.elapsed());
+            if left.is_zero() {
+                continue;
+            }
+            let attempt = tokio::time::timeout(left, self.renew());
             match attempt.await {
-                Ok(Ok(true)) => renewed = Instant::now(),
+                Ok(Ok(true)) => {}
                 Ok(Ok(false)) => return,
                 Ok(Err(e)) => {
                     tracing::warn!(event = "leader_renew_error", error = %e, "renewing the Lease failed")
@@ -208,14 +366,6 @@ impl KubeLeaseLeadership {
                         "renewing the Lease did not answer in time"
                     )
                 }
-            }
-            if renewed.elapsed() >= RENEW_DEADLINE {
-                tracing::warn!(
-                    event = "leader_renew_deadline",
-                    "no renewal within the renew deadline: giving leadership up"
-                );
-                self.held = None;
-                return;
             }
         }
     }
@@ -252,10 +402,10 @@ impl Leadership for KubeLeaseLeadership {
                 }
                 Ok(false) => {}
                 Err(e) => {
-                    tracing::warn!(event = "leader_lease_error", error = %e, "cannot read or write the Lease")
+                    tracing::warn!(event = "leader_lease_error", lease = %self.settings.name, error = %e, "cannot read or write the Lease")
                 }
             }
-            tokio::time::sleep(RETRY_PERIOD).await;
+            tokio::time::sleep(self.settings.retry).await;
         }
     }
 
@@ -265,7 +415,9 @@ impl Leadership for KubeLeaseLeadership {
 
     /// Gives the Lease up at once (holder cleared, 1 s duration), as client-go does on cancel.
     async fn release(&mut self) {
-        if let Some(held) = self.held.take() {
+        let held = self.held.take();
+        self.stop_leading();
+        if let Some(held) = held {
             let mut spec = held.spec.clone().unwrap_or_default();
             spec.holder_identity = None;
             spec.lease_duration_seconds = Some(1);
@@ -275,8 +427,9 @@ impl Leadership for KubeLeaseLeadership {
                 spec: Some(spec),
             };
             let released = tokio::time::timeout(
-                RENEW_DEADLINE,
-                self.api.replace(LEASE_NAME, &PostParams::default(), &lease),
+                self.settings.renew_deadline,
+                self.api
+                    .replace(&self.settings.name, &PostParams::default(), &lease),
             )
             .await;
             if !matches!(released, Ok(Ok(_))) {
@@ -300,6 +453,55 @@ mod tests {
             renew_time: Some(MicroTime(Timestamp::now())),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn lease_timings_must_stop_a_leader_before_a_candidate_can_take_over() {
+        let s = Duration::from_secs;
+        let ok = LeaseSettings::default();
+        assert_eq!(ok.validate(), Ok(()));
+        let with = |duration, renew_deadline, retry| LeaseSettings {
+            duration: s(duration),
+            renew_deadline: s(renew_deadline),
+            retry: s(retry),
+            ..LeaseSettings::default()
+        };
+        assert!(with(60, 40, 5).validate().is_ok());
+        // 10 + 5 is not below 15: the old leader may still act when a candidate takes over.
+        assert!(
+            with(15, 10, 5)
+                .validate()
+                .unwrap_err()
+                .contains("shorter than the lease duration")
+        );
+        assert!(with(15, 14, 2).validate().is_err());
+        assert!(
+            with(15, 2, 2)
+                .validate()
+                .unwrap_err()
+                .contains("second try")
+        );
+        assert!(with(15, 10, 0).validate().is_err());
+        let bad_name = LeaseSettings {
+            name: "Not_A_Name".into(),
+            ..LeaseSettings::default()
+        };
+        assert!(bad_name.validate().is_err());
+    }
+
+    #[test]
+    fn leading_until_holds_only_before_its_deadline() {
+        let l = LeadingUntil::default();
+        assert!(!l.holds(), "never leading");
+        l.set(Some(Instant::now() + Duration::from_secs(5)));
+        assert!(l.holds());
+        l.set(Some(Instant::now() - Duration::from_millis(1)));
+        assert!(
+            !l.holds(),
+            "the deadline passed (a stalled process resumed)"
+        );
+        l.set(None);
+        assert!(!l.holds());
     }
 
     #[test]

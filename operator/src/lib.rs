@@ -3,6 +3,7 @@
 //! write goes through one fenced ledger operation; this crate only decides when to call them and
 //! makes the HTTP calls in between.
 pub mod dispatcher;
+pub mod health;
 pub mod kube_context;
 pub mod leadership;
 pub mod lease;
@@ -10,6 +11,7 @@ pub mod loadjob_controller;
 pub mod loadrun_mirror;
 pub mod loadrun_requests;
 pub mod metrics;
+pub mod orphan_jobs;
 pub mod process;
 pub mod scope;
 pub mod sweeper;

@@ -197,7 +197,7 @@ async fn reconcile_job_once(job: Arc<LoadJob>, ctx: &Arc<Context>) -> Result<Act
         }
     })
     .await;
-    result.map_err(|e| LoopError::Finalizer(e.to_string()))
+    result.map_err(|e| LoopError::Finalizer(Box::new(e)))
 }
 
 async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action, LoopError> {
@@ -289,6 +289,7 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
         },
     }
     if job.status.as_ref() != Some(&status) {
+        ctx.still_leads(fence)?;
         api.patch_status(
             &job.name_any(),
             &status_apply_params(),

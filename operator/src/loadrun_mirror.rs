@@ -14,7 +14,7 @@ use crds::{
 use futures::StreamExt;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::{Api, ObjectMeta, Patch, PostParams};
-use kube::core::DeserializeGuard;
+use kube::core::{DeserializeGuard, PartialObjectMeta};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
@@ -158,6 +158,17 @@ pub fn past_retention(
         return false;
     };
     chrono::Duration::from_std(retention).is_ok_and(|r| done.with_timezone(&chrono::Utc) + r < now)
+}
+
+/// Whether a ledger run ended longer than `retention` before `now` (pure): its LoadRun is not
+/// (re)created. The same rule as [`past_retention`], read from the ledger's side.
+pub fn run_past_retention(
+    run: &MirroredRun,
+    now: chrono::DateTime<chrono::Utc>,
+    retention: Duration,
+) -> bool {
+    run.completed_at
+        .is_some_and(|done| chrono::Duration::from_std(retention).is_ok_and(|r| done + r < now))
 }
 
 /// Deletes the LoadRuns past retention in the watched namespaces; how many.
@@ -323,7 +334,7 @@ type GuardedRun = DeserializeGuard<LoadRun>;
 #[derive(Default)]
 struct Stores {
     runs: Vec<Store<GuardedRun>>,
-    jobs: Vec<Store<LoadJob>>,
+    jobs: Vec<Store<PartialObjectMeta<LoadJob>>>,
     /// Each run's LoadRun status as the watch last delivered it, as a digest.
     observed: Arc<std::sync::Mutex<HashMap<Uuid, Applied>>>,
 }
@@ -339,7 +350,7 @@ impl Stores {
         })
     }
 
-    fn job(&self, ns: &str, name: &str) -> Option<Arc<LoadJob>> {
+    fn job(&self, ns: &str, name: &str) -> Option<Arc<PartialObjectMeta<LoadJob>>> {
         let key = ObjectRef::new(name).within(ns);
         self.jobs.iter().find_map(|s| s.get(&key))
     }
@@ -476,7 +487,10 @@ pub async fn run_mirror(
             }
         });
     }
-    for api in ctx.scope.apis::<LoadJob>(&ctx.client) {
+    // Of a LoadJob the mirror needs only its name and uid (the LoadRun's owner), so it watches
+    // metadata alone: a LoadJob whose spec cannot be read (an older or hand-edited CRD) can never
+    // break this watch, and the store holds no specs.
+    for api in ctx.scope.apis::<PartialObjectMeta<LoadJob>>(&ctx.client) {
         let (reader, writer) = reflector::store();
         stores.jobs.push(reader);
         let watched = watched.clone();
@@ -550,6 +564,10 @@ pub async fn run_mirror(
             pruned_under = Some(fence.epoch);
             if let Err(e) = prune_loadruns(&ctx, &fence, &mirror.stores).await {
                 tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
+            }
+            let shown = |ns: &str, name: &str| mirror.stores.job(ns, name).is_some();
+            if let Err(e) = crate::orphan_jobs::remove_orphans(&ctx, &fence, shown).await {
+                tracing::warn!(event = "orphan_job_error", error = %e, "checking for ledger jobs whose LoadJob is gone failed; retrying at the next resync");
             }
         }
     }
@@ -681,6 +699,11 @@ async fn mirror_run(
     };
     let existing: Arc<LoadRun> = match stored.clone() {
         Some(lr) => lr,
+        // Past retention: deleted (or about to be), never created again, however short the
+        // retention (the mirror still reads runs that ended within a day).
+        None if run_past_retention(run, chrono::Utc::now(), ctx.loadrun_retention) => {
+            return Ok(());
+        }
         None => {
             let lr = LoadRun {
                 metadata: ObjectMeta {
@@ -818,7 +841,7 @@ async fn mirror_run(
     Ok(())
 }
 
-pub(crate) fn owner_reference(job: &LoadJob) -> OwnerReference {
+pub(crate) fn owner_reference(job: &PartialObjectMeta<LoadJob>) -> OwnerReference {
     OwnerReference {
         api_version: LoadJob::api_version(&()).to_string(),
         kind: LoadJob::kind(&()).to_string(),

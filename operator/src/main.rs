@@ -42,7 +42,7 @@ struct Cli {
     watch_namespaces: Vec<String>,
     /// Delete LoadRuns whose run ended longer ago than this (Kubernetes mode; the ledger keeps the
     /// runs). Durations as in the configuration: 7d, 36h, P14D, seconds.
-    #[arg(long, env = "LOADRUN_RETENTION", default_value = "7d", value_parser = parse_retention)]
+    #[arg(long, env = "LOADRUN_RETENTION", default_value = "7d", value_parser = parse_duration_arg)]
     loadrun_retention: std::time::Duration,
     /// This installation's name (Kubernetes mode). Only LoadJobs labelled
     /// loadcontrol.io/instance=<NAME> are its own, and its LoadRuns carry that label: two
@@ -50,6 +50,20 @@ struct Cli {
     /// sets it to the release name when `instance.selector` is true.
     #[arg(long, env = "LC_INSTANCE", value_name = "NAME", value_parser = lcoperator::scope::valid_instance)]
     instance: Option<String>,
+    /// Name of the leader Lease in --namespace (Kubernetes mode). Two installations in one
+    /// namespace need two names; the chart derives it from the release name.
+    #[arg(long, env = "LC_LEASE_NAME", default_value = lcoperator::lease::LEASE_NAME)]
+    lease_name: String,
+    /// How long a candidate waits for an unchanged Lease before taking it (whole seconds).
+    #[arg(long, env = "LC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
+    lease_duration: std::time::Duration,
+    /// How long the leader goes on without a successful renewal before it stops all leader work.
+    /// Renew deadline + retry period must be shorter than the lease duration.
+    #[arg(long, env = "LC_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration_arg)]
+    renew_deadline: std::time::Duration,
+    /// How often the leader renews and a candidate tries.
+    #[arg(long, env = "LC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
+    retry_period: std::time::Duration,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -66,7 +80,7 @@ enum Command {
     },
 }
 
-fn parse_retention(s: &str) -> Result<std::time::Duration, String> {
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
     ledger::settings::parse_duration(s)
         .ok_or_else(|| format!("{s:?} is not a duration (7d, 36h, P14D, or seconds)"))
 }
@@ -82,22 +96,37 @@ async fn release_finalizers(
     let client = kube::Client::try_default()
         .await
         .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
-    if let Some(deployment) = stop {
-        lcoperator::uninstall::stop_deployment(
-            client.clone(),
-            namespace,
+    let stopped = match stop {
+        Some(deployment) => Some((
             deployment,
-            std::time::Duration::from_secs(90),
-        )
-        .await?;
+            lcoperator::uninstall::stop_deployment(
+                client.clone(),
+                namespace,
+                deployment,
+                std::time::Duration::from_secs(90),
+            )
+            .await?,
+        )),
+        None => None,
+    };
+    match lcoperator::uninstall::release_finalizers(client.clone(), scope, instance).await {
+        Ok(n) => {
+            tracing::info!(
+                event = "finalizers_released",
+                count = n,
+                "LoadJob finalizers released"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            // The uninstall stops here; the installation must go on serving meanwhile.
+            if let Some((deployment, replicas)) = stopped {
+                let api = kube::Api::namespaced(client, namespace);
+                lcoperator::uninstall::restore(&api, deployment, replicas).await;
+            }
+            Err(e)
+        }
     }
-    let n = lcoperator::uninstall::release_finalizers(client, scope, instance).await?;
-    tracing::info!(
-        event = "finalizers_released",
-        count = n,
-        "LoadJob finalizers released"
-    );
-    Ok(())
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -111,6 +140,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         )
         .await;
     }
+    let lease = lcoperator::lease::LeaseSettings {
+        name: cli.lease_name.clone(),
+        duration: cli.lease_duration,
+        renew_deadline: cli.renew_deadline,
+        retry: cli.retry_period,
+    };
+    lease
+        .validate()
+        .map_err(|e| anyhow::anyhow!("invalid leader election settings: {e}"))?;
     let config = Config::load(&config_path(cli.config.as_deref()), std::env::vars())?;
     config.validate()?;
     if config.nifi.receiver_url.is_none() {
@@ -138,8 +176,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             .await
             .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
         let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
-        tracing::info!(event = "watch_scope", scope = %scope, "watching LoadJobs and LoadRuns");
-        lcoperator::scope::check_kinds_served(&client, &scope).await?;
+        tracing::info!(event = "watch_scope", scope = %scope, lease = %lease.name, "watching LoadJobs and LoadRuns");
         Operator::start_kubernetes(
             &config,
             ledger.clone(),
@@ -150,6 +187,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 scope,
                 loadrun_retention: cli.loadrun_retention,
                 instance: cli.instance.clone(),
+                lease,
             },
         )?
     };
@@ -158,7 +196,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         let listener = tokio::net::TcpListener::bind(&addr)
             .await
             .with_context(|| format!("binding {addr}"))?;
-        let app = health_router(ledger, operator.metrics.clone());
+        let app = health_router(ledger, operator.metrics.clone(), operator.health.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     let mode = if cli.standalone {

@@ -30,6 +30,11 @@ struct ReconcileLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TaskLabel {
+    task: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
     controller: &'static str,
 }
@@ -49,6 +54,8 @@ pub struct Metrics {
     leader: Gauge,
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_seconds: Family<ControllerLabel, Histogram, fn() -> Histogram>,
+    task_restarts: Family<TaskLabel, Counter>,
+    kubernetes_access: Gauge,
 }
 
 impl Default for Metrics {
@@ -64,6 +71,8 @@ impl Default for Metrics {
             reconcile_seconds: Family::new_with_constructor(
                 reconcile_histogram as fn() -> Histogram,
             ),
+            task_restarts: Default::default(),
+            kubernetes_access: Default::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -97,6 +106,16 @@ impl Default for Metrics {
             "Duration of Kubernetes reconciles by controller",
             m.reconcile_seconds.clone(),
         );
+        registry.register(
+            "lca_task_restarts",
+            "Restarts of a leader task (dispatcher, sweeper, loadjob_controller, loadrun_mirror) after it ended or panicked",
+            m.task_restarts.clone(),
+        );
+        registry.register(
+            "lca_kubernetes_access",
+            "1 while LoadJobs and LoadRuns are served and readable in the watched scope (Kubernetes mode)",
+            m.kubernetes_access.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -127,6 +146,14 @@ impl Metrics {
         self.reconcile_seconds
             .get_or_create(&ControllerLabel { controller })
             .observe(seconds);
+    }
+
+    pub fn task_restarted(&self, task: &'static str) {
+        self.task_restarts.get_or_create(&TaskLabel { task }).inc();
+    }
+
+    pub fn kubernetes_access(&self, ok: bool) {
+        self.kubernetes_access.set(ok as i64);
     }
 
     pub fn leading(&self, yes: bool) {

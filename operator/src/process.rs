@@ -1,6 +1,7 @@
 //! Wiring of the standalone operator process: leadership loop, dispatcher, sweeper, and the
 //! `/healthz`, `/readyz`, `/metrics` listener. Used by `main` and by the tests.
 use crate::dispatcher::{Dispatcher, DispatcherConfig, http_client};
+use crate::health::Health;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::sweeper::Sweeper;
@@ -9,8 +10,10 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use futures::future::BoxFuture;
 use lcconfig::config::Config;
 use ledger::{Fence, Ledger};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -24,6 +27,8 @@ pub struct KubeOptions {
     /// With an instance, only LoadJobs labelled `loadcontrol.io/instance=<instance>` are this
     /// installation's, and its LoadRuns carry that label.
     pub instance: Option<String>,
+    /// The leader Lease's name and timings.
+    pub lease: crate::lease::LeaseSettings,
 }
 
 impl Default for KubeOptions {
@@ -32,6 +37,7 @@ impl Default for KubeOptions {
             scope: Default::default(),
             loadrun_retention: Duration::from_secs(7 * 86400),
             instance: None,
+            lease: Default::default(),
         }
     }
 }
@@ -39,11 +45,76 @@ impl Default for KubeOptions {
 /// A running operator process.
 pub struct Operator {
     pub metrics: Arc<Metrics>,
+    pub health: Health,
     pub fence: watch::Receiver<Option<Fence>>,
     shutdown: watch::Sender<bool>,
+    /// Sent once the leader tasks have stopped: only then is leadership given up.
+    release: watch::Sender<bool>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
-    /// The Kubernetes loops, when running under Kubernetes.
-    loops: Vec<tokio::task::JoinHandle<()>>,
+    /// The supervised leader tasks (dispatcher, sweeper and, under Kubernetes, the controllers).
+    workers: Vec<tokio::task::JoinHandle<()>>,
+    /// The current run of each supervised task, to end it as a crash would (fault tests).
+    running: Running,
+}
+
+type Running = Arc<std::sync::Mutex<HashMap<&'static str, tokio::task::AbortHandle>>>;
+
+/// How a supervised task is started, anew after each failure.
+type TaskFactory = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
+
+/// Longest wait before a failed task is started again.
+const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// Runs `make()` until shutdown; when a run ends or panics before shutdown, it is logged, counted
+/// (`lca_task_restarts`, `/healthz`) and started again after a backoff (1 s doubling to 30 s,
+/// reset after a run that lasted 5 minutes). A task that keeps failing turns liveness red, so the
+/// kubelet restarts the container; one that fails once costs nothing but a restart.
+async fn supervise(
+    name: &'static str,
+    make: TaskFactory,
+    health: Health,
+    running: Running,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut backoff = Duration::from_secs(1);
+    loop {
+        // A JoinSet aborts its task when dropped: aborting the supervisor ends the task too.
+        let mut one = tokio::task::JoinSet::new();
+        let handle = one.spawn(make());
+        running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name, handle);
+        let began = std::time::Instant::now();
+        let ended = one.join_next().await.expect("one task was spawned");
+        if *shutdown.borrow() {
+            return;
+        }
+        let why = match ended {
+            Ok(()) => "ended by itself".to_string(),
+            Err(e) if e.is_panic() => {
+                let p = e.into_panic();
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                format!("panicked: {msg}")
+            }
+            Err(_) => "was stopped".to_string(),
+        };
+        if began.elapsed() > crate::health::CRASH_LOOP_WINDOW {
+            backoff = Duration::from_secs(1);
+        }
+        let recent = health.task_failed(name, &why);
+        tracing::error!(event = "task_failed", task = name, error = %why, restarts_in_window = recent,
+            restart_in_s = backoff.as_secs(), "a leader task failed; restarting it (the others go on)");
+        tokio::select! {
+            _ = tokio::time::sleep(backoff) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        backoff = (backoff * 2).min(RESTART_BACKOFF_MAX);
+    }
 }
 
 impl Operator {
@@ -54,6 +125,7 @@ impl Operator {
         leadership: L,
     ) -> anyhow::Result<Operator> {
         let metrics = Arc::new(Metrics::default());
+        let health = Health::new(metrics.clone());
         let deposed = crate::leadership::Deposed::default();
         let dispatcher = Arc::new(Dispatcher {
             ledger: ledger.clone(),
@@ -78,23 +150,45 @@ impl Operator {
             deposed: deposed.clone(),
         });
         let (fence_tx, fence_rx) = watch::channel(None);
-        let (shutdown_tx, shutdown_rx) = watch::channel(false);
-        let task = tokio::spawn(lead(
-            leadership,
-            dispatcher,
-            sweeper,
-            fence_tx,
-            shutdown_rx,
-            deposed,
-            metrics.clone(),
-        ));
-        Ok(Operator {
-            metrics,
+        let (shutdown_tx, _) = watch::channel(false);
+        let (release_tx, release_rx) = watch::channel(false);
+        let mut op = Operator {
+            metrics: metrics.clone(),
+            health,
             fence: fence_rx,
+            task: tokio::spawn(lead(
+                leadership,
+                fence_tx,
+                release_rx,
+                deposed,
+                metrics.clone(),
+            )),
             shutdown: shutdown_tx,
-            task,
-            loops: vec![],
-        })
+            release: release_tx,
+            workers: vec![],
+            running: Default::default(),
+        };
+        let (fence, shutdown) = (op.fence.clone(), op.shutdown.subscribe());
+        op.supervise(
+            "dispatcher",
+            Box::new(move || Box::pin(dispatcher.clone().run(fence.clone(), shutdown.clone()))),
+        );
+        let (fence, shutdown) = (op.fence.clone(), op.shutdown.subscribe());
+        op.supervise(
+            "sweeper",
+            Box::new(move || Box::pin(sweeper.clone().run(fence.clone(), shutdown.clone()))),
+        );
+        Ok(op)
+    }
+
+    fn supervise(&mut self, name: &'static str, make: TaskFactory) {
+        self.workers.push(tokio::spawn(supervise(
+            name,
+            make,
+            self.health.clone(),
+            self.running.clone(),
+            self.shutdown.subscribe(),
+        )));
     }
 
     /// Under Kubernetes: Lease leadership, and the LoadJob controller and LoadRun mirror beside
@@ -112,19 +206,22 @@ impl Operator {
             namespace,
             ledger.clone(),
             identity.to_string(),
+            options.lease.clone(),
         );
+        let leading_until = leadership.leading_until();
         let mut op = Operator::start(config, ledger.clone(), leadership)?;
         let ctx = Arc::new(crate::kube_context::Context {
             recorder: crate::kube_context::recorder(client.clone(), identity),
-            client,
+            client: client.clone(),
             ledger,
             fence: op.fence.clone(),
+            leading_until,
             lease: config.dispatch.lease.0,
             mirror_queue: Default::default(),
             mirror_backoff: Default::default(),
             metrics: op.metrics.clone(),
             job_failures: Default::default(),
-            scope: options.scope,
+            scope: options.scope.clone(),
             loadrun_retention: options.loadrun_retention,
             instance: options.instance,
         });
@@ -133,53 +230,92 @@ impl Operator {
             .listen_dsn
             .clone()
             .unwrap_or_else(|| config.database_url());
-        op.loops
-            .push(tokio::spawn(crate::loadjob_controller::run_job_controller(
-                ctx.clone(),
-                op.shutdown.subscribe(),
-            )));
-        op.loops
-            .push(tokio::spawn(crate::loadrun_mirror::run_mirror(
-                ctx,
-                listen,
-                Duration::from_secs(30),
-                op.shutdown.subscribe(),
-            )));
+        let (c, shutdown) = (ctx.clone(), op.shutdown.subscribe());
+        op.supervise(
+            "loadjob_controller",
+            Box::new(move || {
+                Box::pin(crate::loadjob_controller::run_job_controller(
+                    c.clone(),
+                    shutdown.clone(),
+                ))
+            }),
+        );
+        let shutdown = op.shutdown.subscribe();
+        op.supervise(
+            "loadrun_mirror",
+            Box::new(move || {
+                Box::pin(crate::loadrun_mirror::run_mirror(
+                    ctx.clone(),
+                    listen.clone(),
+                    Duration::from_secs(30),
+                    shutdown.clone(),
+                ))
+            }),
+        );
+        // Diagnosis only: reports (log, metric, /healthz) whether the kinds are served and
+        // readable, and never stops anything; the watches wait out the same conditions.
+        let (health, mut shutdown) = (op.health.clone(), op.shutdown.subscribe());
+        op.workers.push(tokio::spawn(async move {
+            tokio::select! {
+                _ = crate::scope::watch_access(client, options.scope, health) => {}
+                _ = shutdown.wait_for(|s| *s) => {}
+            }
+        }));
         Ok(op)
     }
 
-    /// Stops leasing, lets in-flight sends finish, releases leadership.
+    /// Stops the leader tasks (in-flight sends finish), then releases leadership.
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        for l in self.loops {
-            if tokio::time::timeout(Duration::from_secs(10), l)
+        for w in self.workers {
+            let abort = w.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(15), w)
                 .await
                 .is_err()
             {
+                abort.abort();
                 tracing::warn!(
                     event = "shutdown_timeout",
-                    "a Kubernetes loop did not stop in time"
+                    "a leader task did not stop in time"
                 );
             }
         }
+        let _ = self.release.send(true);
         self.task.await?
     }
 
     /// Ends the process abruptly, as a crash would: nothing is released (tests of takeover).
     pub fn kill(self) {
         self.task.abort();
-        for l in self.loops {
-            l.abort();
+        for w in self.workers {
+            w.abort();
         }
     }
 
-    /// Resolves if the leadership task ends on its own (it should run until `stop`).
+    /// Ends the current run of the supervised task `name` as a crash would (fault tests); the
+    /// supervisor starts it again. False when no such task is running (unknown, or between two
+    /// runs while its supervisor backs off).
+    pub fn crash_task(&self, name: &str) -> bool {
+        let running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        match running.get(name) {
+            Some(h) if !h.is_finished() => {
+                h.abort();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Resolves if the leadership task ends on its own (it should run until `stop`); liveness
+    /// fails from then on.
     pub async fn died(&mut self) -> anyhow::Error {
-        match (&mut self.task).await {
+        let e = match (&mut self.task).await {
             Ok(Ok(())) => anyhow::anyhow!("the leadership task ended"),
             Ok(Err(e)) => e.context("the leadership task failed"),
             Err(e) => anyhow::anyhow!("the leadership task died: {e}"),
-        }
+        };
+        self.health.fatal(format!("{e:#}"));
+        e
     }
 
     /// Waits until this process leads (or `limit` passes) and returns its fence.
@@ -193,21 +329,21 @@ impl Operator {
     }
 }
 
+/// Competes for leadership until `release` is sent, publishing the fence while leading. Losing
+/// leadership (the Lease's renew deadline passed, the lock's session died, a write was fenced)
+/// withdraws the fence: every leader task stops acting on it at once, and acts again only under
+/// the fence of a new acquisition, with a new epoch.
 async fn lead<L: Leadership>(
     mut leadership: L,
-    dispatcher: Arc<Dispatcher>,
-    sweeper: Arc<Sweeper>,
     fence_tx: watch::Sender<Option<Fence>>,
-    mut shutdown: watch::Receiver<bool>,
+    mut release: watch::Receiver<bool>,
     deposed: crate::leadership::Deposed,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<()> {
-    let d = tokio::spawn(dispatcher.run(fence_tx.subscribe(), shutdown.clone()));
-    let s = tokio::spawn(sweeper.run(fence_tx.subscribe(), shutdown.clone()));
     loop {
         let fence = tokio::select! {
             f = leadership.acquire() => f?,
-            _ = shutdown.wait_for(|s| *s) => break,
+            _ = release.wait_for(|s| *s) => break,
         };
         tracing::info!(event = "leader_acquired", epoch = fence.epoch, holder = %fence.holder, "this process leads");
         metrics.leading(true);
@@ -215,7 +351,7 @@ async fn lead<L: Leadership>(
         let stop = tokio::select! {
             _ = leadership.lost() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "leadership lost"); false }
             _ = deposed.wait(fence.epoch) => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
-            _ = shutdown.wait_for(|s| *s) => true,
+            _ = release.wait_for(|s| *s) => true,
         };
         let _ = fence_tx.send(None);
         metrics.leading(false);
@@ -224,9 +360,6 @@ async fn lead<L: Leadership>(
         }
         leadership.release().await;
     }
-    // In-flight sends finish (within their timeout) before leadership is given up.
-    let _ = d.await;
-    let _ = s.await;
     leadership.release().await;
     tracing::info!(event = "leader_released", "leadership released");
     Ok(())
@@ -236,29 +369,41 @@ async fn lead<L: Leadership>(
 struct HealthState {
     ledger: Ledger,
     metrics: Arc<Metrics>,
+    health: Health,
 }
 
-/// `/healthz`, `/readyz` (database reachable; leadership not required) and `/metrics` (§9.3).
-pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>) -> Router {
+/// What prometheus-client writes: OpenMetrics text (it ends with `# EOF`), so it is served as
+/// such; a scraper that asks for the classic format still parses it.
+pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// `/healthz` (liveness: fails only when a restart is the cure, see [`Health`]), `/readyz`
+/// (database reachable; leadership not required) and `/metrics` (§9.3).
+pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> Router {
     Router::new()
         .route(
             "/healthz",
-            get(|| async { axum::Json(serde_json::json!({"status": "ok"})) }),
+            get(|State(s): State<HealthState>| async move {
+                let (alive, body) = s.health.report();
+                let code = if alive {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                (code, axum::Json(body))
+            }),
         )
         .route("/readyz", get(readyz))
         .route(
             "/metrics",
             get(|State(s): State<HealthState>| async move {
-                (
-                    [(
-                        header::CONTENT_TYPE,
-                        "text/plain; version=0.0.4; charset=utf-8",
-                    )],
-                    s.metrics.render(),
-                )
+                ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.render())
             }),
         )
-        .with_state(HealthState { ledger, metrics })
+        .with_state(HealthState {
+            ledger,
+            metrics,
+            health,
+        })
 }
 
 async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {

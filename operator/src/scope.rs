@@ -57,31 +57,75 @@ impl WatchScope {
     }
 }
 
-/// Checks at start that the LoadJob and LoadRun kinds are served and readable in the scope, so a
-/// missing CRD or missing RBAC stops the process with a sentence, not a watch retrying forever.
-pub async fn check_kinds_served(client: &Client, scope: &WatchScope) -> anyhow::Result<()> {
+/// Whether the LoadJob and LoadRun kinds are served and listable in the scope; if not, a sentence
+/// saying what to do. Metadata only: one object whose spec cannot be read (an older or
+/// hand-edited CRD) must not make the whole installation look broken.
+pub async fn kinds_served(client: &Client, scope: &WatchScope) -> Result<(), String> {
     use kube::api::ListParams;
-    async fn one<K>(apis: Vec<Api<K>>, kind: &str, scope: &WatchScope) -> anyhow::Result<()>
+    async fn one<K>(apis: Vec<Api<K>>, kind: &str, scope: &WatchScope) -> Result<(), String>
     where
         K: Resource + Clone + DeserializeOwned + std::fmt::Debug,
     {
         for api in apis {
-            match api.list(&ListParams::default().limit(1)).await {
+            match api.list_metadata(&ListParams::default().limit(1)).await {
                 Ok(_) => {}
-                Err(kube::Error::Api(e)) if e.code == 404 => anyhow::bail!(
-                    "the {kind} custom resource is not installed: run `kubectl apply --server-side -f crds/` (or install the chart's CRDs) first"
-                ),
-                Err(kube::Error::Api(e)) if e.code == 403 => anyhow::bail!(
-                    "not allowed to list {kind}s in {scope}: {} (check the chart's RBAC and watchNamespaces)",
-                    e.message
-                ),
-                Err(e) => anyhow::bail!("listing {kind}s in {scope}: {e}"),
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    return Err(format!(
+                        "the {kind} custom resource is not installed: run `kubectl apply --server-side -f crds/` (or install the chart's CRDs)"
+                    ));
+                }
+                Err(kube::Error::Api(e)) if e.code == 403 => {
+                    return Err(format!(
+                        "not allowed to list {kind}s in {scope}: {} (check the chart's RBAC and watchNamespaces)",
+                        e.message
+                    ));
+                }
+                Err(e) => return Err(format!("listing {kind}s in {scope}: {e}")),
             }
         }
         Ok(())
     }
     one(scope.apis::<crds::LoadJob>(client), "LoadJob", scope).await?;
     one(scope.apis::<crds::LoadRun>(client), "LoadRun", scope).await
+}
+
+/// How often access is checked again once it works (RBAC or a CRD can be taken away later).
+const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(60);
+/// Longest wait between checks while access fails (each is one small list call per kind).
+const ACCESS_RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Checks [`kinds_served`] for as long as the process runs: at once, with backoff (1 s doubling
+/// to 15 s) while it fails, then every minute. It never ends the process: a missing CRD, a 403 or
+/// an API server that is away are conditions to wait out (the watches back off meanwhile, and the
+/// api-server beside this process goes on serving NiFi). Each change is logged once and shown
+/// in `/healthz` and `lca_kubernetes_access`.
+pub async fn watch_access(client: Client, scope: WatchScope, health: crate::health::Health) {
+    let mut delay = std::time::Duration::from_secs(1);
+    let mut last: Option<Result<(), String>> = None;
+    loop {
+        let now = kinds_served(&client, &scope).await;
+        if last.as_ref() != Some(&now) {
+            match &now {
+                Ok(()) => tracing::info!(event = "kubernetes_access_ok", scope = %scope,
+                    "LoadJobs and LoadRuns are served and readable"),
+                Err(why) => {
+                    tracing::error!(event = "kubernetes_access_failed", scope = %scope, problem = %why,
+                    "cannot do the Kubernetes work until this is fixed; retrying with backoff (NiFi's API is not affected)")
+                }
+            }
+            health.kubernetes(now.clone().err());
+        }
+        let wait = if now.is_ok() {
+            delay = std::time::Duration::from_secs(1);
+            ACCESS_RECHECK
+        } else {
+            let d = delay;
+            delay = (delay * 2).min(ACCESS_RETRY_MAX);
+            d
+        };
+        last = Some(now);
+        tokio::time::sleep(wait).await;
+    }
 }
 
 /// The label that ties LoadJobs and LoadRuns to one installation (`--instance`).

@@ -608,7 +608,14 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
         sa.clone(),
         &c.ns,
         "as-sa",
-        KubeOptions::default(),
+        KubeOptions {
+            // The chart's Lease rights name the release's own Lease.
+            lease: lcoperator::lease::LeaseSettings {
+                name: "rel-load-control-leader".into(),
+                ..Default::default()
+            },
+            ..KubeOptions::default()
+        },
     )
     .unwrap();
     op.wait_leading(Duration::from_secs(20))
@@ -674,8 +681,15 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
             .map(|_| ())
     ));
     assert!(forbidden(
-        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sa, &other)
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sa.clone(), &other)
             .list(&ListParams::default())
+            .await
+            .map(|_| ())
+    ));
+    // Lease rights are the release's own Lease's: another Lease in the same namespace is refused.
+    assert!(forbidden(
+        Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sa, &c.ns)
+            .get("load-control-leader")
             .await
             .map(|_| ())
     ));
@@ -848,6 +862,128 @@ async fn helm_install_creates_every_object() {
     assert_eq!(containers, vec!["api-server", "operator"]);
 }
 
+/// The rendered chart keeps NiFi's API independent of the operator and is scrapable: only the
+/// api-server's readiness decides whether a pod takes traffic; the ServiceMonitor selects the
+/// chart's Service (with the extra labels a Prometheus looks for); the PDB never blocks a drain
+/// during an outage; the Lease is the release's own, named in its RBAC and passed to the operator.
+#[test]
+fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
+    // Rendering only: no HELM_* homes are needed for `helm template` of a local chart.
+    let helm = kubetest::bin_dir().unwrap().join("helm");
+    let out = std::process::Command::new(helm)
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("lc-helm-cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("lc-helm-config"),
+        )
+        .env("HELM_DATA_HOME", std::env::temp_dir().join("lc-helm-data"))
+        .args([
+            "template",
+            "lc",
+            &chart_dir(),
+            "--namespace",
+            "ns",
+            "--set",
+            "serviceMonitor.enabled=true",
+            "--set",
+            "serviceMonitor.labels.release=kube-prometheus-stack",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_yaml::Value> = String::from_utf8_lossy(&out.stdout)
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let one = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap();
+    let containers = one("Deployment")["spec"]["template"]["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let container = |n: &str| containers.iter().find(|c| c["name"] == n).unwrap().clone();
+    assert!(
+        container("operator")["readinessProbe"].is_null(),
+        "the operator must not decide the pod's readiness"
+    );
+    assert_eq!(
+        container("operator")["livenessProbe"]["httpGet"]["path"],
+        "/healthz"
+    );
+    assert_eq!(
+        container("api-server")["readinessProbe"]["httpGet"]["path"],
+        "/readyz"
+    );
+    let env = |n: &str| {
+        container("operator")["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == n)
+            .map(|e| e["value"].as_str().unwrap().to_string())
+    };
+    assert_eq!(
+        env("LC_LEASE_NAME").as_deref(),
+        Some("lc-load-control-leader")
+    );
+    assert_eq!(env("LC_RENEW_DEADLINE").as_deref(), Some("10s"));
+    let sm = one("ServiceMonitor");
+    assert_eq!(sm["metadata"]["labels"]["release"], "kube-prometheus-stack");
+    let service_labels = one("Service")["metadata"]["labels"]
+        .as_mapping()
+        .unwrap()
+        .clone();
+    let selector = sm["spec"]["selector"]["matchLabels"].as_mapping().unwrap();
+    assert!(
+        selector
+            .iter()
+            .all(|(k, v)| service_labels.get(k) == Some(v)),
+        "the ServiceMonitor's selector {selector:?} does not select the Service {service_labels:?}"
+    );
+    assert_eq!(
+        one("PodDisruptionBudget")["spec"]["unhealthyPodEvictionPolicy"],
+        "AlwaysAllow"
+    );
+    let leader_role = docs
+        .iter()
+        .find(|d| d["kind"] == "Role" && d["metadata"]["name"] == "lc-load-control-leader")
+        .unwrap();
+    let lease_rules: Vec<_> = leader_role["rules"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"][0] == "leases")
+        .collect();
+    for rule in &lease_rules {
+        let verbs = rule["verbs"].as_sequence().unwrap();
+        if verbs.iter().any(|v| v != "create") {
+            assert_eq!(
+                rule["resourceNames"][0], "lc-load-control-leader",
+                "Lease rights beyond create are scoped by name"
+            );
+        }
+    }
+    // Timings that would let a candidate take over while the leader still acts are refused by
+    // the binary (the chart passes them through).
+    let bad = std::process::Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--lease-duration", "15s", "--renew-deadline", "14s"])
+        .env("LCA_CONFIG", "/dev/null")
+        .output()
+        .unwrap();
+    assert!(!bad.status.success());
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("shorter than the lease duration"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
 /// A jobKey of 200 characters with a leading `_` makes no valid label value as it is; its run is
 /// mirrored with a hashed label, and it never holds up the runs after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -952,32 +1088,90 @@ async fn a_renewing_holder_with_a_slow_clock_keeps_its_lease() {
     );
 }
 
-/// The shipped binary in Kubernetes mode refuses to start, with a sentence saying what to do, when
-/// the CRDs are not installed (rather than watching a missing kind forever).
+/// The shipped binary in Kubernetes mode does not exit when the CRDs are missing (in the chart's
+/// pod that would take NiFi's API out of the Service): it says what to do, in its log and in
+/// `/healthz` (still alive), shows `lca_kubernetes_access 0`, and recovers by itself once the CRDs
+/// are installed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_binary_says_when_the_crds_are_missing() {
+async fn the_binary_waits_for_missing_crds_and_recovers_by_itself() {
     let cp = ControlPlane::start().await.expect("control plane");
     let env = Env::start(|_| {}).await;
     let db = env.config.database.url.clone().unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
         .env("KUBECONFIG", &cp.kubeconfig)
         .env("LCA_CONFIG", "/dev/null")
         .env("DATABASE_URL", &db)
         .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9/nifi")
-        .env("LCA_WORKER__METRICS_PORT", "null")
+        .env("LCA_WORKER__METRICS_PORT", port.to_string())
         .env("POD_NAMESPACE", "default")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
         .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out)
-        .await
-        .expect("the operator exits instead of waiting")
+        .spawn()
         .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
-    assert!(
-        stderr.contains("custom resource is not installed") && stderr.contains("crds/"),
-        "{stderr}"
+    let http = reqwest::Client::new();
+    let health = || async {
+        let r = http
+            .get(format!("http://127.0.0.1:{port}/healthz"))
+            .send()
+            .await
+            .ok()?;
+        Some((r.status().as_u16(), r.json::<Value>().await.ok()?))
+    };
+    let (code, body) = eventually(
+        "/healthz naming the missing CRD",
+        Duration::from_secs(30),
+        || async {
+            health()
+                .await
+                .filter(|(_, b)| b["kubernetes"].as_str().is_some_and(|k| k != "ok"))
+        },
+    )
+    .await;
+    assert_eq!(
+        code, 200,
+        "waiting for a CRD is no reason to restart: {body}"
     );
+    let problem = body["kubernetes"].as_str().unwrap();
+    assert!(
+        problem.contains("custom resource is not installed") && problem.contains("crds/"),
+        "{problem}"
+    );
+    let metrics = http
+        .get(format!("http://127.0.0.1:{port}/metrics"))
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        metrics.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text")
+    );
+    assert!(
+        metrics
+            .text()
+            .await
+            .unwrap()
+            .contains("lca_kubernetes_access 0")
+    );
+    // Installed later: the process notices without a restart.
+    cp.install_crds(&crds::all_crds_yaml()).await.unwrap();
+    eventually(
+        "/healthz reporting Kubernetes access",
+        Duration::from_secs(30),
+        || async { health().await.filter(|(_, b)| b["kubernetes"] == "ok") },
+    )
+    .await;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the operator is still running"
+    );
+    child.kill().await.unwrap();
 }
 
 /// A request the ledger refuses is not silently ignored: the LoadRun shows RequestRefused with the
@@ -1310,4 +1504,156 @@ impl Cluster {
         )
         .await;
     }
+}
+
+/// The API server itself refuses a LoadRun status older than the stored one (the CRD's
+/// transition rule on `ledgerVersion`), whoever writes it: a deposed or stalled leader whose
+/// local checks passed a moment too long cannot move a LoadRun backwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_refuses_a_status_older_than_the_stored_one() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    cp.install_crds(&crds::all_crds_yaml()).await.unwrap();
+    let ns = cp.create_namespace("fence").await.unwrap();
+    let runs = Api::<LoadRun>::namespaced(cp.client().await.unwrap(), &ns);
+    let run_id = Uuid::new_v4().to_string();
+    kubectl_apply(
+        &cp,
+        &ns,
+        &format!(
+            "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadRun\nmetadata: {{name: r}}\nspec: {{jobKey: J, businessKey: K, runId: {run_id}}}\n"
+        ),
+    );
+    let write = |version: i64, phase: &'static str| {
+        let runs = runs.clone();
+        async move {
+            runs.patch_status(
+                "r",
+                &kube::api::PatchParams::apply("test").force(),
+                &kube::api::Patch::Apply(json!({
+                    "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+                    "metadata": {"name": "r"},
+                    "status": {"phase": phase, "ledgerVersion": version},
+                })),
+            )
+            .await
+        }
+    };
+    write(5, "EXTRACTING").await.expect("a first status");
+    match write(3, "CREATED").await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            assert!(
+                e.message.contains("ledgerVersion never goes back"),
+                "{}",
+                e.message
+            );
+        }
+        other => panic!("an older status was accepted: {other:?}"),
+    }
+    assert_eq!(
+        runs.get("r").await.unwrap().status.unwrap().phase,
+        "EXTRACTING"
+    );
+    write(5, "EXTRACTING")
+        .await
+        .expect("the same version again");
+    write(9, "SUCCESS").await.expect("a newer status");
+    assert_eq!(
+        runs.get("r").await.unwrap().status.unwrap().ledger_version,
+        9
+    );
+}
+
+/// A LoadJob whose finalizer was bypassed (stripped by hand, then deleted) leaves its ledger
+/// job owned; the mirror's resync marks it removed, so NiFi can no longer start runs for it and
+/// a new LoadJob may take the jobKey. And with a retention shorter than the mirror's one-day
+/// window, a run that ended before it never gets its LoadRun (re)created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn orphaned_jobs_are_removed_and_short_retention_recreates_nothing() {
+    let c = cluster().await;
+    let mut op = Operator::start_kubernetes(
+        &c.env.config,
+        c.env.ledger.clone(),
+        c.cp.client().await.unwrap(),
+        &c.ns,
+        "orphans",
+        KubeOptions {
+            scope: WatchScope::Namespaces(vec![c.ns.clone()]),
+            loadrun_retention: Duration::from_secs(2),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let fence = op
+        .wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: short}\nspec:\n  jobKey: SHORT\n");
+    c.wait_ready("short").await;
+    // A run that ends at once: past the 2 s retention a moment later.
+    let run = c.create_run("SHORT", "ENDED").await;
+    let actor = ledger::Actor {
+        name: "test".into(),
+        role: "operator".into(),
+    };
+    c.env
+        .ledger
+        .cancel_run(run, "test", &actor, Some(&fence))
+        .await
+        .unwrap();
+    let runs = Api::<LoadRun>::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    // Whatever the mirror did meanwhile, once retention has passed and a full pass has run (a
+    // new LoadJob applied asks for one), no LoadRun of it exists and none comes back.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: other}\nspec:\n  jobKey: OTHER\n");
+    c.wait_ready("other").await;
+    let present = || async {
+        runs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .any(|lr| lr.spec.run_id == run.to_string())
+    };
+    eventually(
+        "no LoadRun of the ended run",
+        Duration::from_secs(40),
+        || async { (!present().await).then_some(()) },
+    )
+    .await;
+    // The orphan: the finalizer stripped, the LoadJob deleted behind the controller's back.
+    let jobs = Api::<LoadJob>::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    op.stop().await.unwrap();
+    jobs.patch(
+        "short",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    jobs.delete("short", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        c.job_row("SHORT").await.map(|r| r.3),
+        Some(false),
+        "still owned"
+    );
+    let op = c.operator("orphans-2").await;
+    eventually(
+        "the orphaned job marked removed",
+        Duration::from_secs(60),
+        || async { c.job_row("SHORT").await.filter(|r| r.3) },
+    )
+    .await;
+    assert!(
+        !present().await,
+        "the ended run's LoadRun was not recreated"
+    );
+    assert_eq!(
+        c.job_row("OTHER").await.map(|r| r.3),
+        Some(false),
+        "a LoadJob that exists keeps its job"
+    );
+    op.stop().await.unwrap();
 }

@@ -167,3 +167,86 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
             .unwrap();
     assert!(free);
 }
+
+/// Supervision: a leader task that dies (here: ended as a crash would, mid-work) is restarted
+/// by the process without losing leadership, counted in `lca_task_restarts` and `/healthz`, and
+/// does its work again; the process does not exit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crashed_leader_task_is_restarted_and_works_again() {
+    let receiver = Receiver::start(&[(202, 0)]).await;
+    let env = Env::start(|c| {
+        c.nifi.receiver_url = Some(receiver.url.clone());
+        c.dispatch.poll_interval = lcconfig::config::Dur::secs(1);
+        c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600);
+    })
+    .await;
+    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "sup".into());
+    let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
+    let fence = op
+        .wait_leading(Duration::from_secs(10))
+        .await
+        .expect("leads");
+    for task in ["dispatcher", "sweeper"] {
+        assert!(op.crash_task(task), "{task} is supervised");
+    }
+    assert!(!op.crash_task("no-such-task"));
+    // Work after the crash: a run completes extraction, its dispatch must still be delivered.
+    let (run, tokens) = env.extracting("SUP", &[1]).await;
+    assert!(
+        env.chunk(run, "0000", tokens[0], 1)
+            .await
+            .validation_scheduled
+    );
+    let got = receiver.wait_for(1, Duration::from_secs(20)).await;
+    assert_eq!(got.len(), 1, "the restarted dispatcher delivers");
+    let (alive, body) = op.health.report();
+    assert!(alive, "one restart is no crash loop: {body}");
+    assert_eq!(body["tasks"]["dispatcher"]["restarts"], 1, "{body}");
+    assert_eq!(body["tasks"]["sweeper"]["restarts"], 1, "{body}");
+    let metrics = op.metrics.render();
+    assert!(
+        metrics.contains("lca_task_restarts_total{task=\"dispatcher\"} 1"),
+        "{metrics}"
+    );
+    // Leadership was never given up: the same epoch still leads.
+    assert_eq!(
+        op.fence.borrow().as_ref().map(|f| f.epoch),
+        Some(fence.epoch)
+    );
+    op.stop().await.unwrap();
+}
+
+/// A task that keeps dying is a crash loop: liveness turns red so that the kubelet restarts the
+/// container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_crash_looping_task_fails_liveness() {
+    let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
+    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "loop".into());
+    let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
+    op.wait_leading(Duration::from_secs(10))
+        .await
+        .expect("leads");
+    let mut crashed = 0;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let restarts = |op: &Operator| {
+        op.health.report().1["tasks"]["sweeper"]["restarts"]
+            .as_u64()
+            .unwrap_or(0) as usize
+    };
+    while crashed < lcoperator::health::CRASH_LOOP_RESTARTS && Instant::now() < deadline {
+        // Only a running task can be crashed; between runs the supervisor is backing off.
+        if op.crash_task("sweeper") {
+            crashed += 1;
+            while restarts(&op) < crashed && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        } else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(restarts(&op), lcoperator::health::CRASH_LOOP_RESTARTS);
+    let (alive, body) = op.health.report();
+    assert!(!alive, "{body}");
+    assert_eq!(body["crashLooping"], serde_json::json!(["sweeper"]));
+    op.stop().await.unwrap();
+}

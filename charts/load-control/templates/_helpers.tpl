@@ -6,6 +6,11 @@
 
 {{/* Cluster-scoped objects are shared by every release in the cluster: the namespace is part of
      the name (":" cannot occur in a namespace or release name, so two releases never collide). */}}
+{{/* The leader Lease: one per release, so two releases in one namespace never share it. */}}
+{{- define "load-control.leaseName" -}}
+{{- .Values.leaderElection.leaseName | default (printf "%s-leader" (include "load-control.fullname" .)) -}}
+{{- end -}}
+
 {{- define "load-control.clusterName" -}}
 {{ printf "load-control:%s:%s" .Release.Namespace (include "load-control.fullname" .) }}
 {{- end -}}
@@ -57,6 +62,14 @@ app.kubernetes.io/component: server
   value: {{ join "," .Values.watchNamespaces | quote }}
 - name: LOADRUN_RETENTION
   value: {{ .Values.operator.loadRunRetention | quote }}
+- name: LC_LEASE_NAME
+  value: {{ include "load-control.leaseName" . | quote }}
+- name: LC_LEASE_DURATION
+  value: {{ .Values.leaderElection.leaseDuration | quote }}
+- name: LC_RENEW_DEADLINE
+  value: {{ .Values.leaderElection.renewDeadline | quote }}
+- name: LC_RETRY_PERIOD
+  value: {{ .Values.leaderElection.retryPeriod | quote }}
 {{- include "load-control.instanceEnv" . }}
 {{- end -}}
 

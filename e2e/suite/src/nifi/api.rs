@@ -50,6 +50,8 @@ pub struct NifiClient {
     /// Retries after a 5xx or a transport error (NiFi: 5).
     pub retries: u32,
     pub retry_pause: Duration,
+    /// Every attempt NiFi saw fail (5xx by status, "transport" for no answer), retried or not.
+    pub failed_attempts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
 
 impl NifiClient {
@@ -67,6 +69,7 @@ impl NifiClient {
             faults,
             retries: 5,
             retry_pause: Duration::from_millis(500),
+            failed_attempts: Default::default(),
         })
     }
 
@@ -155,6 +158,7 @@ impl NifiClient {
             }
             match self.send_once(method, path, body).await {
                 Ok(a) if StatusCode::from_u16(a.status).is_ok_and(|s| s.is_server_error()) => {
+                    self.failed(a.status.to_string());
                     last = format!("{method} {path}: {} {}", a.status, a.body);
                 }
                 Ok(a) => {
@@ -163,10 +167,22 @@ impl NifiClient {
                         ..a
                     });
                 }
-                Err(e) => last = e,
+                Err(e) => {
+                    self.failed("transport".into());
+                    last = e
+                }
             }
         }
         Err(format!("{last} (after {} retries)", self.retries))
+    }
+
+    fn failed(&self, what: String) {
+        *self
+            .failed_attempts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(what)
+            .or_insert(0) += 1;
     }
 
     pub async fn post(&self, path: &str, body: Value) -> Result<Answer, String> {

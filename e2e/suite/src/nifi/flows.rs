@@ -66,6 +66,8 @@ pub struct Summary {
     pub gave_up: Vec<String>,
     pub receiver: ReceiverStats,
     pub requests: u64,
+    /// Attempts that failed as NiFi saw them (5xx by status, or "transport"), retried or not.
+    pub failed_attempts: BTreeMap<String, u64>,
     pub wall_seconds: f64,
 }
 
@@ -279,6 +281,7 @@ impl Simulation {
             gave_up: sh.gave_up.lock().unwrap().clone(),
             receiver,
             requests: sh.requests.load(Ordering::Relaxed) as u64,
+            failed_attempts: sh.api.failed_attempts.lock().unwrap().clone(),
             wall_seconds: started.elapsed().as_secs_f64(),
         }
     }
