@@ -5,6 +5,7 @@
 use crate::client::Failure;
 use crds::LoadRun;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::core::DeserializeGuard;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
@@ -58,13 +59,26 @@ impl Kube {
         }
     }
 
+    /// Every LoadRun of the scope, newest first. One that cannot be read (written under an older
+    /// or hand-edited CRD) is left out and named on standard error, never an error for the rest.
     pub async fn runs(&self) -> Result<Vec<LoadRun>, Failure> {
-        let mut runs = self
-            .api()
-            .list(&ListParams::default())
-            .await
-            .map_err(failure)?
-            .items;
+        let api: Api<DeserializeGuard<LoadRun>> = match &self.namespace {
+            Some(ns) => Api::namespaced(self.client.clone(), ns),
+            None => Api::all(self.client.clone()),
+        };
+        let listed = api.list(&ListParams::default()).await.map_err(failure)?;
+        let mut runs = vec![];
+        for DeserializeGuard(item) in listed.items {
+            match item {
+                Ok(lr) => runs.push(lr),
+                Err(invalid) => eprintln!(
+                    "warning: LoadRun {}/{} cannot be read and is left out: {}",
+                    invalid.metadata.namespace.unwrap_or_default(),
+                    invalid.metadata.name.unwrap_or_default(),
+                    invalid.error
+                ),
+            }
+        }
         runs.sort_by_key(|r| std::cmp::Reverse(r.creation_timestamp()));
         Ok(runs)
     }

@@ -51,8 +51,46 @@ async fn kube_mode_reads_loadruns_and_writes_requests_on_them() {
     .await
     .unwrap();
 
+    // A LoadRun that cannot be read (written under a loosened CRD) is named, not fatal.
+    let (_, loose) = crds::crd_yaml()
+        .into_iter()
+        .find(|(n, _)| n.starts_with("loadruns"))
+        .unwrap();
+    let mut loose: serde_json::Value = serde_yaml::from_str(&loose).unwrap();
+    let schema = &mut loose["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    schema["properties"]["spec"] =
+        serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    cp.install_crds(&serde_json::to_string(&loose).unwrap())
+        .await
+        .unwrap();
+    let broken = serde_json::json!({"apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+        "metadata": {"name": "broken", "namespace": ns}, "spec": {"runId": 7}});
+    let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        cp.client().await.unwrap(),
+        &ns,
+        &kube::api::ApiResource::erase::<LoadRun>(&()),
+    );
+    let mut created = false;
+    for _ in 0..100 {
+        if raw
+            .create(&PostParams::default(), &serde_json::from_value(broken.clone()).unwrap())
+            .await
+            .is_ok()
+        {
+            created = true;
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert!(created, "the loose CRD takes the unreadable LoadRun");
+    cp.install_crds(&all).await.unwrap();
+
     let (code, out, err) = loadctl(&cp, &["runs", "--status", "PUBLISH_UNKNOWN"]);
     assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("LoadRun") && err.contains("/broken cannot be read"),
+        "{err}"
+    );
     assert!(
         out.lines().next().unwrap().starts_with("NAMESPACE"),
         "{out}"
