@@ -5,8 +5,8 @@
 use crate::client::Failure;
 use crds::LoadRun;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::core::DeserializeGuard;
 use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::core::DeserializeGuard;
 use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 

@@ -73,7 +73,10 @@ async fn kube_mode_reads_loadruns_and_writes_requests_on_them() {
     let mut created = false;
     for _ in 0..100 {
         if raw
-            .create(&PostParams::default(), &serde_json::from_value(broken.clone()).unwrap())
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(broken.clone()).unwrap(),
+            )
             .await
             .is_ok()
         {

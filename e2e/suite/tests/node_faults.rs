@@ -347,3 +347,174 @@ async fn nifi_sees_no_error_while_the_api_server_is_away() {
     r.k(&["delete", "loadjob", "faults", "--wait=false"]);
     r.remove().await;
 }
+
+/// Removes an iptables rule from a pod's network namespace when dropped (also on a failed test).
+struct PodRule {
+    netns: String,
+    rule: Vec<String>,
+}
+
+impl PodRule {
+    fn add(pid: i32, rule: &[&str]) -> PodRule {
+        let r = PodRule {
+            netns: format!("/proc/{pid}/ns/net"),
+            rule: rule.iter().map(|s| s.to_string()).collect(),
+        };
+        r.iptables("-I");
+        r
+    }
+
+    fn iptables(&self, verb: &str) -> bool {
+        std::process::Command::new("nsenter")
+            .arg(format!("--net={}", self.netns))
+            .args(["iptables", verb, "OUTPUT"])
+            .args(&self.rule)
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for PodRule {
+    fn drop(&mut self) {
+        while self.iptables("-D") {}
+    }
+}
+
+/// Issue 18 item 8: the leader pod's traffic to the Kubernetes API dropped for 45 s (iptables in
+/// the pod's own network namespace) while PostgreSQL stays reachable. The cut-off leader stops
+/// leading at its renew deadline, the standby takes over, NiFi sees no error (both api-servers
+/// keep serving), and when the traffic returns the old leader does not lead again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing() {
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("partition", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    install(&r, "NODE_PARTITION").await;
+    let api_ip = r
+        .node
+        .kubectl(&[
+            "get",
+            "svc",
+            "kubernetes",
+            "-n",
+            "default",
+            "-o",
+            "jsonpath={.spec.clusterIP}",
+        ])
+        .unwrap();
+    let sim = r.start_simulation("NODE_PARTITION", &[&["--runs", "12"][..], LOAD].concat());
+    let leader = wait_for("a leader", Duration::from_secs(30), || {
+        Ok(r.lease_holder_pod())
+    })
+    .unwrap();
+    let pids = pids_of("load-control-operator", Some(&leader));
+    assert_eq!(pids.len(), 1, "the leader's operator process: {pids:?}");
+    let cut_at = Instant::now();
+    let rule = PodRule::add(pids[0], &["-d", &api_ip, "-j", "DROP"]);
+    let next = wait_for("a new leader", Duration::from_secs(40), || {
+        Ok(r.lease_holder_pod().filter(|p| *p != leader))
+    });
+    let handover = cut_at.elapsed();
+    std::thread::sleep(Duration::from_secs(45).saturating_sub(cut_at.elapsed())); // the fault
+    drop(rule);
+    let next = next.unwrap();
+    assert!(
+        handover <= Duration::from_secs(15 + 2 + 4),
+        "handover took {handover:?}"
+    );
+    let summary = Release::summary(sim);
+    assert_all_succeeded(&summary, 12);
+    assert_eq!(
+        summary["failed_attempts"],
+        json!({}),
+        "NiFi saw errors: {summary}"
+    );
+    let agreed = r
+        .wait_mirror_agrees("NODE_PARTITION", Duration::from_secs(10))
+        .await;
+    assert_ledger_clean(&r, "NODE_PARTITION", 12).await;
+    assert_eq!(r.lease_holder_pod().as_deref(), Some(next.as_str()));
+    let line = json!({"bench": "node_fault_leader_partitioned",
+        "handover_seconds": handover.as_secs_f64(),
+        "nifi_failed_attempts": summary["failed_attempts"],
+        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_PARTITION", &summary).await,
+        "mirror_agrees_seconds": agreed.as_secs_f64()});
+    println!("{line}");
+    eprintln!("node faults: {line}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
+}
+
+/// Issue 18 item 8: the ledger's PostgreSQL restarted (fast shutdown, start) once under NiFi
+/// load. NiFi's retries carry it through (every 5xx is the contract's 503), no process of the
+/// release restarts, and every run ends SUCCESS.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ledgers_postgresql_restarts_under_load() {
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("pgrestart", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    install(&r, "NODE_PGRESTART").await;
+    let sim = r.start_simulation("NODE_PGRESTART", &[&["--runs", "12"][..], LOAD].concat());
+    // Some load first, then the restart.
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM nifi_ops.load_run WHERE job_key = 'NODE_PGRESTART'",
+        )
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if n >= 3 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no runs under way");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(conn);
+    let data = format!("{}/pg/data", r.node.var("LC_NODE_DIR"));
+    let bindir = std::fs::read_dir("/usr/lib/postgresql")
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .max()
+        .unwrap();
+    let t0 = Instant::now();
+    let restarted = std::process::Command::new("nsenter")
+        .arg(format!("--net={}", r.node.var("LC_NODE_NETNS_PATH")))
+        .args(["runuser", "-u", "postgres", "--"])
+        .arg(bindir.join("pg_ctl"))
+        .args(["-D", &data, "-m", "fast", "-w", "-t", "60", "restart"])
+        .args([
+            "-l",
+            &format!("{}/pg/server.log", r.node.var("LC_NODE_DIR")),
+        ])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(restarted.success(), "pg_ctl restart");
+    let restart_seconds = t0.elapsed().as_secs_f64();
+    let summary = Release::summary(sim);
+    assert_all_succeeded(&summary, 12);
+    let errors = summary["failed_attempts"].as_object().unwrap();
+    assert!(
+        errors.keys().all(|k| k == "503" || k == "transport"),
+        "only the contract's 503 (or no answer) while the database was away: {summary}"
+    );
+    let agreed = r
+        .wait_mirror_agrees("NODE_PGRESTART", Duration::from_secs(10))
+        .await;
+    assert_ledger_clean(&r, "NODE_PGRESTART", 12).await;
+    for pod in r.server_pods() {
+        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
+            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
+        }
+    }
+    let line = json!({"bench": "node_fault_postgresql_restart",
+        "restart_seconds": restart_seconds,
+        "nifi_failed_attempts": summary["failed_attempts"],
+        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_PGRESTART", &summary).await,
+        "mirror_agrees_seconds": agreed.as_secs_f64()});
+    println!("{line}");
+    eprintln!("node faults: {line}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
+}
