@@ -52,13 +52,6 @@ impl Kube {
         Ok(Kube { client, namespace })
     }
 
-    fn api(&self) -> Api<LoadRun> {
-        match &self.namespace {
-            Some(ns) => Api::namespaced(self.client.clone(), ns),
-            None => Api::all(self.client.clone()),
-        }
-    }
-
     /// Every LoadRun of the scope, newest first. One that cannot be read (written under an older
     /// or hand-edited CRD) is left out and named on standard error, never an error for the rest.
     pub async fn runs(&self) -> Result<Vec<LoadRun>, Failure> {

@@ -61,6 +61,8 @@ pub struct Context {
     pub metrics: Arc<crate::metrics::Metrics>,
     /// Consecutive reconcile failures per LoadJob (namespace/name), for the error policy.
     pub job_failures: std::sync::Mutex<HashMap<String, u32>>,
+    /// (namespace, name) of a LoadJob whose runs changed phase: its summary is due.
+    pub summary_changed: tokio::sync::broadcast::Sender<(String, String)>,
     /// Runs whose mirroring failed, and when to try each again.
     pub mirror_backoff: std::sync::Mutex<HashMap<uuid::Uuid, RetryAfter>>,
 }

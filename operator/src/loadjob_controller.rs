@@ -5,7 +5,7 @@ use crate::kube_context::{
     Context, LoopError, leadership_won, retry_delay, set_condition, status_apply_params,
 };
 use crds::names::load_run_name;
-use crds::{LoadJob, LoadRun, RecentCounts, RunRef};
+use crds::{LoadJob, RecentCounts, RunRef};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::api::{Api, Patch};
@@ -14,6 +14,7 @@ use kube::core::error_boundary::InvalidObject;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event as KubeEvent, EventType};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use ledger::settings::Thresholds;
 use ledger::{Fence, JobWrite};
@@ -326,20 +327,25 @@ fn error_policy(job: Arc<GuardedJob>, error: &LoopError, ctx: Arc<Context>) -> A
     }
 }
 
+/// At most this many LoadJobs are reconciled at once (each holds a pool connection for its
+/// ledger write and summary): the dispatcher shares the pool.
+const RECONCILE_CONCURRENCY: u16 = 4;
+
 /// Loop 1: the LoadJob controller, until `shutdown`.
 pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let jobs = ctx.scope.apis::<GuardedJob>(&ctx.client);
-    // Guarded too: an unreadable LoadRun must not stop its owners' reconciles.
-    let runs = ctx.scope.apis::<DeserializeGuard<LoadRun>>(&ctx.client);
-    let controllers = jobs.into_iter().zip(runs).map(|(jobs, runs)| {
+    let controllers = jobs.into_iter().map(|jobs| {
         let mut shutdown = shutdown.clone();
         let watched = crate::scope::watcher_config(ctx.instance.as_deref());
-        Controller::new(jobs, watched.clone())
-            // A LoadRun changing phase refreshes its owner's activeRun/lastRun at once instead
-            // of at the next periodic requeue; bursts of status patches are debounced.
-            .owns(runs, watched)
+        Controller::new(jobs, watched)
+            // A run changing phase refreshes its LoadJob's summary (activeRun, lastRun, recent)
+            // at once: the mirror says when, so a LoadRun status patch that changes no phase
+            // (most of them) reconciles nothing, and no second watch of every LoadRun is kept.
+            .reconcile_on(summary_changes(&ctx))
             .with_config(
-                kube::runtime::controller::Config::default().debounce(Duration::from_secs(1)),
+                kube::runtime::controller::Config::default()
+                    .debounce(Duration::from_secs(1))
+                    .concurrency(RECONCILE_CONCURRENCY),
             )
             // A standby reconciles nothing; winning leadership reconciles every LoadJob at once.
             .reconcile_all_on(leadership_won(ctx.fence.clone()))
@@ -350,6 +356,23 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             .for_each(|_| async {})
     });
     futures::future::join_all(controllers).await;
+}
+
+/// The LoadJobs whose summary changed, as the mirror reports them (a lagging receiver skips
+/// what it missed: the periodic requeue catches up).
+fn summary_changes(
+    ctx: &Context,
+) -> impl futures::Stream<Item = ObjectRef<GuardedJob>> + Send + use<> {
+    let rx = ctx.summary_changed.subscribe();
+    futures::stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok((ns, name)) => return Some((ObjectRef::new(&name).within(&ns), rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    })
 }
 
 #[cfg(test)]

@@ -219,6 +219,7 @@ impl Operator {
             lease: config.dispatch.lease.0,
             mirror_queue: Default::default(),
             mirror_backoff: Default::default(),
+            summary_changed: tokio::sync::broadcast::channel(1024).0,
             metrics: op.metrics.clone(),
             job_failures: Default::default(),
             scope: options.scope.clone(),

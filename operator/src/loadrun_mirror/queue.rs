@@ -1,0 +1,80 @@
+//! What wakes the mirror and what it looks at next: a NOTIFY naming a run, a LoadRun carrying a
+//! request, leadership won, or everything.
+use ledger::Fence;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use tokio::sync::{Notify, watch};
+use uuid::Uuid;
+
+/// What the mirror looks at next: single runs (a NOTIFY names its run; a LoadRun carrying a
+/// request, or deleted) or everything (start, leadership won, a restarted LISTEN or watch, a
+/// newly applied LoadJob, the periodic resync).
+#[derive(Default)]
+pub struct MirrorQueue {
+    pub(super) runs: std::sync::Mutex<HashSet<Uuid>>,
+    pub(super) everything: AtomicBool,
+    pub(super) wake: Notify,
+}
+
+impl MirrorQueue {
+    pub fn run(&self, id: Uuid) {
+        self.runs.lock().expect("queue lock").insert(id);
+        self.wake.notify_one();
+    }
+
+    pub fn everything(&self) {
+        self.everything.store(true, Ordering::SeqCst);
+        self.wake.notify_one();
+    }
+
+    /// Empties the queue: (a full pass is due, the single runs asked for).
+    pub(super) fn take(&self) -> (bool, Vec<Uuid>) {
+        let everything = self.everything.swap(false, Ordering::SeqCst);
+        let runs = std::mem::take(&mut *self.runs.lock().expect("queue lock"));
+        (everything, runs.into_iter().collect())
+    }
+}
+
+/// Starts what wakes the mirror besides the watches: LISTEN `load_run` (reconnected; a
+/// reconnect asks for everything, since changes made meanwhile were not heard) and leadership
+/// won. They belong to `wakers`: dropping it stops them.
+pub(super) fn spawn_wakers(
+    queue: &Arc<MirrorQueue>,
+    listen_url: String,
+    fence: watch::Receiver<Option<Fence>>,
+    wakers: &mut tokio::task::JoinSet<()>,
+) {
+    {
+        let queue = queue.clone();
+        wakers.spawn(async move {
+            loop {
+                if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
+                    && l.listen("load_run").await.is_ok()
+                {
+                    // Changes made while nobody listened are found by a full pass.
+                    queue.everything();
+                    while let Ok(Some(n)) = l.try_recv().await {
+                        match Uuid::parse_str(n.payload()) {
+                            Ok(id) => queue.run(id),
+                            Err(_) => queue.everything(),
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        });
+    }
+    {
+        // Winning leadership is a reason to look at everything (mirror and retention).
+        let (queue, mut fence) = (queue.clone(), fence);
+        wakers.spawn(async move {
+            while fence.changed().await.is_ok() {
+                if fence.borrow_and_update().is_some() {
+                    queue.everything();
+                }
+            }
+        });
+    }
+}
