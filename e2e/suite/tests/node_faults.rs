@@ -518,3 +518,102 @@ async fn the_ledgers_postgresql_restarts_under_load() {
     r.k(&["delete", "loadjob", "faults", "--wait=false"]);
     r.remove().await;
 }
+
+/// Whether each server pod's operator says it leads (`lca_leader 1` on its metrics port).
+fn leading_pods(r: &Release) -> Vec<bool> {
+    r.server_pods()
+        .iter()
+        .map(|p| {
+            let ip = p["status"]["podIP"].as_str().unwrap_or("").to_string();
+            let out = r
+                .node
+                .in_netns("curl")
+                .args([
+                    "-s",
+                    "--max-time",
+                    "2",
+                    &format!("http://{ip}:9100/metrics"),
+                ])
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default();
+            out.lines().any(|l| l == "lca_leader 1")
+        })
+        .collect()
+}
+
+/// Issue 19 item 1: the operator's RBAC taken away under NiFi load (both RoleBindings deleted, as
+/// a mistaken cleanup would), then restored. NiFi's requests keep succeeding meanwhile (pod
+/// readiness is the api-server's), no container restarts, and once the rights are back the
+/// operator leads again by itself and every run ends SUCCESS.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operators_rbac_removed_and_restored_under_load() {
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("norbac", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    install(&r, "NODE_NORBAC").await;
+    let bindings = ["lc-load-control", "lc-load-control-leader"];
+    let saved: Vec<Value> = bindings
+        .iter()
+        .map(|b| {
+            let mut v = r.kj(&["get", "rolebinding", b]);
+            let meta = v["metadata"].as_object_mut().unwrap();
+            for k in [
+                "resourceVersion",
+                "uid",
+                "creationTimestamp",
+                "managedFields",
+            ] {
+                meta.remove(k);
+            }
+            v
+        })
+        .collect();
+    r.k(&[&["delete", "rolebinding"][..], &bindings[..]].concat());
+    let removed_at = Instant::now();
+    // Leadership lapses once renewals are refused (the renew deadline), on every pod.
+    wait_for("no pod leading", Duration::from_secs(40), || {
+        let leading = leading_pods(&r);
+        Ok((!leading.is_empty() && leading.iter().all(|l| !l)).then_some(()))
+    })
+    .unwrap();
+    let lapsed = removed_at.elapsed();
+    let sim = r.start_simulation("NODE_NORBAC", &[&["--runs", "8"][..], LOAD].concat());
+    // Runs are created and extracted without any leader; they wait for their dispatch.
+    std::thread::sleep(Duration::from_secs(20)); // the fault's duration
+    for b in &saved {
+        r.node
+            .kubectl_stdin(&["create", "-f", "-"], &b.to_string())
+            .unwrap();
+    }
+    let restored_at = Instant::now();
+    wait_for("a leader again", Duration::from_secs(60), || {
+        Ok(leading_pods(&r).iter().any(|l| *l).then_some(()))
+    })
+    .unwrap();
+    let leading_again = restored_at.elapsed();
+    let summary = Release::summary(sim);
+    assert_all_succeeded(&summary, 8);
+    assert_eq!(
+        summary["failed_attempts"],
+        json!({}),
+        "NiFi saw errors: {summary}"
+    );
+    let agreed = r
+        .wait_mirror_agrees("NODE_NORBAC", Duration::from_secs(10))
+        .await;
+    assert_ledger_clean(&r, "NODE_NORBAC", 8).await;
+    for pod in r.server_pods() {
+        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
+            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
+        }
+    }
+    let line = json!({"bench": "node_fault_rbac_removed",
+        "leadership_lapsed_seconds": lapsed.as_secs_f64(),
+        "leading_again_seconds": leading_again.as_secs_f64(),
+        "nifi_failed_attempts": summary["failed_attempts"],
+        "mirror_agrees_seconds": agreed.as_secs_f64()});
+    println!("{line}");
+    eprintln!("node faults: {line}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
+}
