@@ -558,11 +558,16 @@ fn chart_dir() -> String {
 }
 
 fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
-    let out = cp
-        .helm()
-        .args(["template", release, &chart_dir(), "--namespace", ns])
-        .output()
-        .unwrap();
+    template(cp.helm(), release, ns, &[])
+}
+
+/// `helm template` of the chart with `--set` values; the rendered YAML.
+fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
+    helm.args(["template", release, &chart_dir(), "--namespace", ns]);
+    for set in sets {
+        helm.args(["--set", set]);
+    }
+    let out = helm.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -868,37 +873,24 @@ async fn helm_install_creates_every_object() {
 /// during an outage; the Lease is the release's own, named in its RBAC and passed to the operator.
 #[test]
 fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
-    // Rendering only: no HELM_* homes are needed for `helm template` of a local chart.
-    let helm = kubetest::bin_dir().unwrap().join("helm");
-    let out = std::process::Command::new(helm)
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("lc-helm-cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("lc-helm-config"),
-        )
-        .env("HELM_DATA_HOME", std::env::temp_dir().join("lc-helm-data"))
-        .args([
-            "template",
-            "lc",
-            &chart_dir(),
-            "--namespace",
-            "ns",
-            "--set",
+    // Rendering only: no control plane; helm's homes in the temporary directory.
+    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
+    for home in ["CACHE", "CONFIG", "DATA"] {
+        helm.env(
+            format!("HELM_{home}_HOME"),
+            std::env::temp_dir().join(format!("lc-helm-{home}")),
+        );
+    }
+    let rendered = template(
+        helm,
+        "lc",
+        "ns",
+        &[
             "serviceMonitor.enabled=true",
-            "--set",
             "serviceMonitor.labels.release=kube-prometheus-stack",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let docs: Vec<serde_yaml::Value> = String::from_utf8_lossy(&out.stdout)
+    let docs: Vec<serde_yaml::Value> = rendered
         .split("\n---")
         .filter_map(|d| serde_yaml::from_str(d).ok())
         .collect();

@@ -135,11 +135,7 @@ async fn unreadable_objects_never_take_nifis_api_down() {
     assert_ledger_clean(&r, "NODE_FAULTS", 14).await;
     // Nothing restarted the operator container: it waited nothing out because nothing was to
     // wait for, and one unreadable object is no reason to exit.
-    for pod in r.server_pods() {
-        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
-            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
-        }
-    }
+    assert_no_container_restarted(&r);
     let line = json!({"bench": "node_fault_unreadable_objects",
         "rolling_restart_seconds": rolled.as_secs_f64(),
         "both_pods_ready_seconds": both_ready.as_secs_f64(),
@@ -188,6 +184,17 @@ fn pids_of(program: &str, pod: Option<&str>) -> Vec<i32> {
     pids
 }
 
+/// The leading pod and the host PID of its operator process.
+fn leader_operator(r: &Release) -> (String, i32) {
+    let leader = wait_for("a leader", Duration::from_secs(30), || {
+        Ok(r.lease_holder_pod())
+    })
+    .unwrap();
+    let pids = pids_of("load-control-operator", Some(&leader));
+    assert_eq!(pids.len(), 1, "the leader's operator process: {pids:?}");
+    (leader, pids[0])
+}
+
 fn signal(pid: i32, sig: &str) {
     let ok = std::process::Command::new("kill")
         .args([sig, &pid.to_string()])
@@ -209,6 +216,41 @@ async fn duplicate_dispatches(r: &Release, job_key: &str, summary: &Value) -> i6
     .await
     .unwrap();
     summary["receiver"]["accepted"].as_i64().unwrap_or(0) - rows
+}
+
+/// The common end of a fault under load: every run SUCCESS as NiFi saw it, every LoadRun equal to
+/// the ledger within 10 s, ledger-check clean; then one JSON line with `figures` plus what NiFi
+/// saw, the duplicate dispatches and the mirror's time to agree; the release removed.
+async fn conclude(r: Release, job_key: &str, runs: usize, summary: &Value, mut figures: Value) {
+    assert_all_succeeded(summary, runs);
+    let agreed = r.wait_mirror_agrees(job_key, Duration::from_secs(10)).await;
+    assert_ledger_clean(&r, job_key, runs).await;
+    figures["nifi_failed_attempts"] = summary["failed_attempts"].clone();
+    figures["duplicate_dispatches"] = json!(duplicate_dispatches(&r, job_key, summary).await);
+    figures["mirror_agrees_seconds"] = json!(agreed.as_secs_f64());
+    println!("{figures}");
+    eprintln!("node faults: {figures}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
+}
+
+fn assert_no_container_restarted(r: &Release) {
+    for pod in r.server_pods() {
+        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
+            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
+        }
+    }
+}
+
+/// One fault at a time: the lock, and a release installed with a LoadJob of `job_key` Ready.
+async fn fault_release(
+    prefix: &str,
+    job_key: &str,
+) -> (tokio::sync::MutexGuard<'static, ()>, Release) {
+    let serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare(prefix, env!("CARGO_BIN_EXE_nifi-sim")).await;
+    install(&r, job_key).await;
+    (serial, r)
 }
 
 async fn install(r: &Release, job_key: &str) {
@@ -234,50 +276,32 @@ async fn install(r: &Release, job_key: &str) {
 /// would be refused anyway: the ledger by the epoch, LoadRuns by the ledgerVersion rule).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_stalled_leader_is_replaced_and_writes_nothing_when_resumed() {
-    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let r = Release::prepare("stalled", env!("CARGO_BIN_EXE_nifi-sim")).await;
-    install(&r, "NODE_STALL").await;
+    let (_serial, r) = fault_release("stalled", "NODE_STALL").await;
     let sim = r.start_simulation("NODE_STALL", &[&["--runs", "12"][..], LOAD].concat());
-    let leader = wait_for("a leader", Duration::from_secs(30), || {
-        Ok(r.lease_holder_pod())
-    })
-    .unwrap();
-    let pids = pids_of("load-control-operator", Some(&leader));
-    assert_eq!(pids.len(), 1, "the leader's operator process: {pids:?}");
+    let (leader, pid) = leader_operator(&r);
     let stalled_at = Instant::now();
-    signal(pids[0], "-STOP");
+    signal(pid, "-STOP");
     let next = wait_for("a new leader", Duration::from_secs(30), || {
         Ok(r.lease_holder_pod().filter(|p| *p != leader))
     });
     let handover = stalled_at.elapsed();
     // The stall lasts 30 s whatever happened meanwhile (this sleep is the fault, not a wait).
     std::thread::sleep(Duration::from_secs(30).saturating_sub(stalled_at.elapsed()));
-    signal(pids[0], "-CONT");
+    signal(pid, "-CONT");
     let next = next.unwrap();
     assert!(
         handover <= Duration::from_secs(15 + 2 + 4),
         "handover took {handover:?}"
     );
     let summary = Release::summary(sim);
-    assert_all_succeeded(&summary, 12);
-    let agreed = r
-        .wait_mirror_agrees("NODE_STALL", Duration::from_secs(10))
-        .await;
-    assert_ledger_clean(&r, "NODE_STALL", 12).await;
     assert_eq!(
         r.lease_holder_pod().as_deref(),
         Some(next.as_str()),
         "the resumed process did not take leadership back"
     );
-    let line = json!({"bench": "node_fault_stalled_leader",
-        "handover_seconds": handover.as_secs_f64(),
-        "nifi_failed_attempts": summary["failed_attempts"],
-        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_STALL", &summary).await,
-        "mirror_agrees_seconds": agreed.as_secs_f64()});
-    println!("{line}");
-    eprintln!("node faults: {line}");
-    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
-    r.remove().await;
+    let figures =
+        json!({"bench": "node_fault_stalled_leader", "handover_seconds": handover.as_secs_f64()});
+    conclude(r, "NODE_STALL", 12, &summary, figures).await;
 }
 
 /// Issue 18 item 8: kube-apiserver paused for 30 s under NiFi load. NiFi's API needs no
@@ -286,9 +310,7 @@ async fn a_stalled_leader_is_replaced_and_writes_nothing_when_resumed() {
 /// resume within seconds of the API server's return; every run ends SUCCESS.
 #[tokio::test(flavor = "multi_thread")]
 async fn nifi_sees_no_error_while_the_api_server_is_away() {
-    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let r = Release::prepare("apiaway", env!("CARGO_BIN_EXE_nifi-sim")).await;
-    install(&r, "NODE_APIAWAY").await;
+    let (_serial, r) = fault_release("apiaway", "NODE_APIAWAY").await;
     let node_dir = r.node.var("LC_NODE_DIR").to_string();
     let apiserver: Vec<i32> = pids_of("kube-apiserver", None)
         .into_iter()
@@ -327,25 +349,13 @@ async fn nifi_sees_no_error_while_the_api_server_is_away() {
     let releading = back.elapsed();
     renewed.unwrap();
     let summary = Release::summary(sim);
-    assert_all_succeeded(&summary, 12);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
         "NiFi saw errors: {summary}"
     );
-    let agreed = r
-        .wait_mirror_agrees("NODE_APIAWAY", Duration::from_secs(10))
-        .await;
-    assert_ledger_clean(&r, "NODE_APIAWAY", 12).await;
-    let line = json!({"bench": "node_fault_apiserver_away",
-        "leading_again_seconds": releading.as_secs_f64(),
-        "nifi_failed_attempts": summary["failed_attempts"],
-        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_APIAWAY", &summary).await,
-        "mirror_agrees_seconds": agreed.as_secs_f64()});
-    println!("{line}");
-    eprintln!("node faults: {line}");
-    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
-    r.remove().await;
+    let figures = json!({"bench": "node_fault_apiserver_away", "leading_again_seconds": releading.as_secs_f64()});
+    conclude(r, "NODE_APIAWAY", 12, &summary, figures).await;
 }
 
 /// Removes an iptables rule from a pod's network namespace when dropped (also on a failed test).
@@ -386,9 +396,7 @@ impl Drop for PodRule {
 /// keep serving), and when the traffic returns the old leader does not lead again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing() {
-    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let r = Release::prepare("partition", env!("CARGO_BIN_EXE_nifi-sim")).await;
-    install(&r, "NODE_PARTITION").await;
+    let (_serial, r) = fault_release("partition", "NODE_PARTITION").await;
     let api_ip = r
         .node
         .kubectl(&[
@@ -402,14 +410,9 @@ async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing()
         ])
         .unwrap();
     let sim = r.start_simulation("NODE_PARTITION", &[&["--runs", "12"][..], LOAD].concat());
-    let leader = wait_for("a leader", Duration::from_secs(30), || {
-        Ok(r.lease_holder_pod())
-    })
-    .unwrap();
-    let pids = pids_of("load-control-operator", Some(&leader));
-    assert_eq!(pids.len(), 1, "the leader's operator process: {pids:?}");
+    let (leader, pid) = leader_operator(&r);
     let cut_at = Instant::now();
-    let rule = PodRule::add(pids[0], &["-d", &api_ip, "-j", "DROP"]);
+    let rule = PodRule::add(pid, &["-d", &api_ip, "-j", "DROP"]);
     let next = wait_for("a new leader", Duration::from_secs(40), || {
         Ok(r.lease_holder_pod().filter(|p| *p != leader))
     });
@@ -422,26 +425,14 @@ async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing()
         "handover took {handover:?}"
     );
     let summary = Release::summary(sim);
-    assert_all_succeeded(&summary, 12);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
         "NiFi saw errors: {summary}"
     );
-    let agreed = r
-        .wait_mirror_agrees("NODE_PARTITION", Duration::from_secs(10))
-        .await;
-    assert_ledger_clean(&r, "NODE_PARTITION", 12).await;
     assert_eq!(r.lease_holder_pod().as_deref(), Some(next.as_str()));
-    let line = json!({"bench": "node_fault_leader_partitioned",
-        "handover_seconds": handover.as_secs_f64(),
-        "nifi_failed_attempts": summary["failed_attempts"],
-        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_PARTITION", &summary).await,
-        "mirror_agrees_seconds": agreed.as_secs_f64()});
-    println!("{line}");
-    eprintln!("node faults: {line}");
-    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
-    r.remove().await;
+    let figures = json!({"bench": "node_fault_leader_partitioned", "handover_seconds": handover.as_secs_f64()});
+    conclude(r, "NODE_PARTITION", 12, &summary, figures).await;
 }
 
 /// Issue 18 item 8: the ledger's PostgreSQL restarted (fast shutdown, start) once under NiFi
@@ -449,9 +440,7 @@ async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing()
 /// release restarts, and every run ends SUCCESS.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ledgers_postgresql_restarts_under_load() {
-    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let r = Release::prepare("pgrestart", env!("CARGO_BIN_EXE_nifi-sim")).await;
-    install(&r, "NODE_PGRESTART").await;
+    let (_serial, r) = fault_release("pgrestart", "NODE_PGRESTART").await;
     let sim = r.start_simulation("NODE_PGRESTART", &[&["--runs", "12"][..], LOAD].concat());
     // Some load first, then the restart.
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
@@ -493,30 +482,15 @@ async fn the_ledgers_postgresql_restarts_under_load() {
     assert!(restarted.success(), "pg_ctl restart");
     let restart_seconds = t0.elapsed().as_secs_f64();
     let summary = Release::summary(sim);
-    assert_all_succeeded(&summary, 12);
     let errors = summary["failed_attempts"].as_object().unwrap();
     assert!(
         errors.keys().all(|k| k == "503" || k == "transport"),
         "only the contract's 503 (or no answer) while the database was away: {summary}"
     );
-    let agreed = r
-        .wait_mirror_agrees("NODE_PGRESTART", Duration::from_secs(10))
-        .await;
-    assert_ledger_clean(&r, "NODE_PGRESTART", 12).await;
-    for pod in r.server_pods() {
-        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
-            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
-        }
-    }
-    let line = json!({"bench": "node_fault_postgresql_restart",
-        "restart_seconds": restart_seconds,
-        "nifi_failed_attempts": summary["failed_attempts"],
-        "duplicate_dispatches": duplicate_dispatches(&r, "NODE_PGRESTART", &summary).await,
-        "mirror_agrees_seconds": agreed.as_secs_f64()});
-    println!("{line}");
-    eprintln!("node faults: {line}");
-    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
-    r.remove().await;
+    assert_no_container_restarted(&r);
+    let figures =
+        json!({"bench": "node_fault_postgresql_restart", "restart_seconds": restart_seconds});
+    conclude(r, "NODE_PGRESTART", 12, &summary, figures).await;
 }
 
 /// Whether each server pod's operator says it leads (`lca_leader 1` on its metrics port).
@@ -548,9 +522,7 @@ fn leading_pods(r: &Release) -> Vec<bool> {
 /// operator leads again by itself and every run ends SUCCESS.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_operators_rbac_removed_and_restored_under_load() {
-    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let r = Release::prepare("norbac", env!("CARGO_BIN_EXE_nifi-sim")).await;
-    install(&r, "NODE_NORBAC").await;
+    let (_serial, r) = fault_release("norbac", "NODE_NORBAC").await;
     let bindings = ["lc-load-control", "lc-load-control-leader"];
     let saved: Vec<Value> = bindings
         .iter()
@@ -592,28 +564,14 @@ async fn the_operators_rbac_removed_and_restored_under_load() {
     .unwrap();
     let leading_again = restored_at.elapsed();
     let summary = Release::summary(sim);
-    assert_all_succeeded(&summary, 8);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
         "NiFi saw errors: {summary}"
     );
-    let agreed = r
-        .wait_mirror_agrees("NODE_NORBAC", Duration::from_secs(10))
-        .await;
-    assert_ledger_clean(&r, "NODE_NORBAC", 8).await;
-    for pod in r.server_pods() {
-        for c in pod["status"]["containerStatuses"].as_array().unwrap() {
-            assert_eq!(c["restartCount"], 0, "{} restarted: {c}", c["name"]);
-        }
-    }
-    let line = json!({"bench": "node_fault_rbac_removed",
+    assert_no_container_restarted(&r);
+    let figures = json!({"bench": "node_fault_rbac_removed",
         "leadership_lapsed_seconds": lapsed.as_secs_f64(),
-        "leading_again_seconds": leading_again.as_secs_f64(),
-        "nifi_failed_attempts": summary["failed_attempts"],
-        "mirror_agrees_seconds": agreed.as_secs_f64()});
-    println!("{line}");
-    eprintln!("node faults: {line}");
-    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
-    r.remove().await;
+        "leading_again_seconds": leading_again.as_secs_f64()});
+    conclude(r, "NODE_NORBAC", 8, &summary, figures).await;
 }
