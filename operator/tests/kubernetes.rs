@@ -778,6 +778,9 @@ async fn helm_install_creates_every_object() {
             "--namespace",
             &ns,
             "--no-hooks",
+            // The API server validates the optional NetworkPolicy too.
+            "--set",
+            "networkPolicy.enabled=true",
         ])
         .output()
         .unwrap();
@@ -790,7 +793,7 @@ async fn helm_install_creates_every_object() {
         .kubectl()
         .args([
             "get",
-            "deploy,svc,sa,cm,pdb,role,rolebinding",
+            "deploy,svc,sa,cm,pdb,role,rolebinding,networkpolicy",
             "-n",
             &ns,
             "-o",
@@ -807,6 +810,7 @@ async fn helm_install_creates_every_object() {
         "poddisruptionbudget.policy/lc-load-control",
         "role.rbac.authorization.k8s.io/lc-load-control-leader",
         "rolebinding.rbac.authorization.k8s.io/lc-load-control-leader",
+        "networkpolicy.networking.k8s.io/lc-load-control",
     ] {
         assert!(
             names.lines().any(|l| l == obj),
@@ -960,6 +964,76 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
                 "Lease rights beyond create are scoped by name"
             );
         }
+    }
+    // Scheduling: replicas spread over nodes by default; pod labels, annotations and priority
+    // settable; an optional NetworkPolicy for the pods of this release.
+    let pod = &one("Deployment")["spec"]["template"];
+    assert_eq!(
+        pod["spec"]["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+            [0]["podAffinityTerm"]["topologyKey"],
+        "kubernetes.io/hostname"
+    );
+    assert!(
+        docs.iter().all(|d| d["kind"] != "NetworkPolicy"),
+        "off by default"
+    );
+    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
+    for home in ["CACHE", "CONFIG", "DATA"] {
+        helm.env(
+            format!("HELM_{home}_HOME"),
+            std::env::temp_dir().join(format!("lc-helm-{home}")),
+        );
+    }
+    let tuned = template(
+        helm,
+        "lc",
+        "ns",
+        &[
+            "networkPolicy.enabled=true",
+            "podLabels.team=data",
+            "podAnnotations.owner=platform",
+            "priorityClassName=critical",
+            "terminationGracePeriodSeconds=60",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=pool",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        ],
+    );
+    let tuned: Vec<serde_yaml::Value> = tuned
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let deployment = tuned.iter().find(|d| d["kind"] == "Deployment").unwrap();
+    let t = &deployment["spec"]["template"];
+    assert_eq!(t["metadata"]["labels"]["team"], "data");
+    assert_eq!(t["metadata"]["annotations"]["owner"], "platform");
+    assert_eq!(t["spec"]["priorityClassName"], "critical");
+    assert_eq!(t["spec"]["terminationGracePeriodSeconds"], 60);
+    assert!(
+        t["spec"]["affinity"]["podAntiAffinity"].is_null(),
+        "a given affinity replaces the default"
+    );
+    let np = tuned.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let egress_ports: Vec<i64> = np["spec"]["egress"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|p| p["port"].as_i64().unwrap())
+        })
+        .collect();
+    for port in [53, 5432, 443, 9443] {
+        assert!(
+            egress_ports.contains(&port),
+            "egress to {port}: {egress_ports:?}"
+        );
     }
     // Timings that would let a candidate take over while the leader still acts are refused by
     // the binary (the chart passes them through).
