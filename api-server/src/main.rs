@@ -43,19 +43,41 @@ enum Command {
     /// Print the SHA-256 digest of a token read from standard input (for auth.tokens[].sha256).
     HashToken,
     /// Check that a running load-control API answers: GET <URL>/readyz must answer 200 and
-    /// <URL>/openapi.json a JSON document. Retries until --timeout; exit 0 when both hold. Used by
-    /// the Helm chart's `helm test` hook; needs no configuration file.
+    /// <URL>/openapi.json a JSON document; with a token, an authenticated read
+    /// (GET /v1/monitor/summary) must answer 200; each --metrics URL must serve Prometheus text.
+    /// Retries until --timeout; exit 0 when all hold. Used by the Helm chart's `helm test` hook;
+    /// needs no configuration file.
     Probe {
         /// Base URL of the API, e.g. http://load-control:8080
         url: String,
         /// Seconds to keep trying before giving up.
         #[arg(long, default_value_t = 30)]
         timeout: u64,
+        /// Bearer token (nifi or operator role) for the authenticated read; from the environment
+        /// so that it never shows in a process listing.
+        #[arg(long, env = "LC_PROBE_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// A /metrics URL to scrape as well (repeatable).
+        #[arg(long, value_name = "URL")]
+        metrics: Vec<String>,
+        /// PEM bundle of the CA that signed the API's certificate (https URLs).
+        #[arg(long, value_name = "PATH")]
+        ca_file: Option<PathBuf>,
     },
 }
 
-/// One attempt of `probe`: both checks, or the first failure in words.
-async fn probe_once(client: &reqwest::Client, base: &str) -> Result<String, String> {
+/// What `probe` checks besides readiness and the document.
+struct ProbeChecks<'a> {
+    token: Option<&'a str>,
+    metrics: &'a [String],
+}
+
+/// One attempt of `probe`: every check, or the first failure in words.
+async fn probe_once(
+    client: &reqwest::Client,
+    base: &str,
+    checks: &ProbeChecks<'_>,
+) -> Result<String, String> {
     let ready = client
         .get(format!("{base}/readyz"))
         .send()
@@ -78,18 +100,59 @@ async fn probe_once(client: &reqwest::Client, base: &str) -> Result<String, Stri
     if status != reqwest::StatusCode::OK {
         return Err(format!("GET {base}/openapi.json answered {status}"));
     }
-    Ok(format!("{base} is ready (API version {version})"))
+    let mut done = format!("{base} is ready (API version {version})");
+    if let Some(token) = checks.token.filter(|t| !t.is_empty()) {
+        let summary = client
+            .get(format!("{base}/v1/monitor/summary"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .map_err(|e| format!("GET {base}/v1/monitor/summary: {e}"))?;
+        if summary.status() != reqwest::StatusCode::OK {
+            return Err(format!(
+                "GET {base}/v1/monitor/summary with the token answered {} (is the token in auth.tokens?)",
+                summary.status()
+            ));
+        }
+        done.push_str("; the token reads");
+    }
+    for url in checks.metrics {
+        let m = client
+            .get(url)
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {e}"))?;
+        let status = m.status();
+        let text = m.text().await.unwrap_or_default();
+        if status != reqwest::StatusCode::OK || !text.contains("# TYPE lca_") {
+            return Err(format!("GET {url} answered {status} without lca_ series"));
+        }
+        done.push_str(&format!("; {url} scraped"));
+    }
+    Ok(done)
 }
 
-async fn probe(url: &str, timeout: u64) -> anyhow::Result<()> {
+async fn probe(
+    url: &str,
+    timeout: u64,
+    checks: ProbeChecks<'_>,
+    ca_file: Option<&std::path::Path>,
+) -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(5))
-        .build()?;
+    let mut builder = reqwest::Client::builder().timeout(std::time::Duration::from_secs(5));
+    if let Some(path) = ca_file {
+        let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+        for cert in reqwest::Certificate::from_pem_bundle(&pem)
+            .with_context(|| format!("{} holds no PEM certificate", path.display()))?
+        {
+            builder = builder.add_root_certificate(cert);
+        }
+    }
+    let client = builder.build()?;
     let base = url.trim_end_matches('/');
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(timeout);
     loop {
-        match probe_once(&client, base).await {
+        match probe_once(&client, base, &checks).await {
             Ok(message) => {
                 println!("{message}");
                 return Ok(());
@@ -112,7 +175,19 @@ fn load(cli: &Cli) -> anyhow::Result<Config> {
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
     match &cli.command {
-        Command::Probe { url, timeout } => probe(url, *timeout).await,
+        Command::Probe {
+            url,
+            timeout,
+            token,
+            metrics,
+            ca_file,
+        } => {
+            let checks = ProbeChecks {
+                token: token.as_deref(),
+                metrics,
+            };
+            probe(url, *timeout, checks, ca_file.as_deref()).await
+        }
         Command::HashToken => {
             let mut token = String::new();
             std::io::stdin()

@@ -253,3 +253,66 @@ async fn tokens_never_appear_in_the_logs() {
         assert!(!logs.contains(secret), "{secret} appears in the logs");
     }
 }
+
+/// `probe` (the chart's `helm test`): readiness and the document, an authenticated read with the
+/// configured token, and a metrics scrape; a wrong token or a URL serving no metrics fails it,
+/// naming what failed.
+#[tokio::test]
+async fn probe_checks_a_token_read_and_metrics_scrapes() {
+    let db = TestDb::fresh().await;
+    let token = "probe-token-7d2a";
+    let digest = load_control_api::auth::sha256_hex(token);
+    let path = config_file(
+        &std::env::temp_dir(),
+        &format!(
+            "database:\n  url: {}\nauth:\n  tokens: [{{name: ops, role: operator, sha256: {digest}}}]\nlogging:\n  format: text\n",
+            db.url
+        ),
+    );
+    let (mut server, port) = serve(&path, &[], Stdio::null);
+    let base = format!("http://127.0.0.1:{port}");
+    let probe = |token: &str, metrics: &str| {
+        Command::new(BIN)
+            .args(["probe", &base, "--timeout", "20", "--metrics", metrics])
+            .env("LC_PROBE_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let ok = probe(token, &format!("{base}/metrics"));
+    let out = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        out.contains("the token reads") && out.contains("/metrics scraped"),
+        "{out}"
+    );
+    let wrong = Command::new(BIN)
+        .args(["probe", &base, "--timeout", "1"])
+        .env("LC_PROBE_TOKEN", "not-the-token")
+        .output()
+        .unwrap();
+    assert!(!wrong.status.success());
+    let why = String::from_utf8_lossy(&wrong.stderr);
+    assert!(
+        why.contains("/v1/monitor/summary with the token answered 40"),
+        "{why}"
+    );
+    let no_metrics = Command::new(BIN)
+        .args([
+            "probe",
+            &base,
+            "--timeout",
+            "1",
+            "--metrics",
+            &format!("{base}/openapi.json"),
+        ])
+        .output()
+        .unwrap();
+    assert!(!no_metrics.status.success());
+    assert!(String::from_utf8_lossy(&no_metrics.stderr).contains("without lca_ series"));
+    send_sigterm(server.id());
+    server.wait().unwrap();
+}

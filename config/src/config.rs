@@ -374,6 +374,15 @@ pub struct Config {
 
 pub const LOG_LEVELS: &[&str] = &["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
 
+/// Keys whose environment overrides are strings as written, never parsed as YAML.
+const VERBATIM_KEYS: &[(&str, &str)] = &[
+    ("nifi", "signing_secret"),
+    ("nifi", "receiver_url"),
+    ("database", "url"),
+    ("database", "listen_dsn"),
+    ("database", "migration_url"),
+];
+
 /// Which file to read: `--config`, else `LCA_CONFIG`, else `./config/config.yaml` (§10.1).
 pub fn config_path(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf)
@@ -434,12 +443,18 @@ impl Config {
                     message: "expected LCA_<SECTION>__<KEY>".into(),
                 });
             };
-            let value: Value = serde_yaml::from_str(raw).map_err(|e| ConfigError::Env {
-                var: var.clone(),
-                message: format!("not a YAML value: {e}"),
-            })?;
             let section = section.to_lowercase();
             let key = key.to_lowercase();
+            // Free-form strings (a secret, a URL) are taken as they are: read as YAML, a signing
+            // secret like `123`, `yes` or `a: b` would turn into a number, a bool or a map.
+            let value: Value = if VERBATIM_KEYS.contains(&(section.as_str(), key.as_str())) {
+                Value::String(raw.clone())
+            } else {
+                serde_yaml::from_str(raw).map_err(|e| ConfigError::Env {
+                    var: var.clone(),
+                    message: format!("not a YAML value: {e}"),
+                })?
+            };
             let obj = tree.as_object_mut().expect("checked above");
             let entry = obj
                 .entry(section.clone())
@@ -728,6 +743,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("prot"), "{e}");
+    }
+
+    #[test]
+    fn secrets_and_urls_from_the_environment_are_taken_as_written() {
+        for secret in ["123", "yes", "a: b", "- x", "{not yaml", "null"] {
+            let c = Config::from_sources(MINIMAL, &env(&[("LCA_NIFI__SIGNING_SECRET", secret)]))
+                .unwrap();
+            assert_eq!(c.nifi.signing_secret.as_deref(), Some(secret));
+        }
     }
 
     #[test]

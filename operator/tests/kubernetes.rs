@@ -561,6 +561,18 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
     template(cp.helm(), release, ns, &[])
 }
 
+/// helm for rendering only: no control plane; its homes in the temporary directory.
+fn helm_offline() -> std::process::Command {
+    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
+    for home in ["CACHE", "CONFIG", "DATA"] {
+        helm.env(
+            format!("HELM_{home}_HOME"),
+            std::env::temp_dir().join(format!("lc-helm-{home}")),
+        );
+    }
+    helm
+}
+
 /// `helm template` of the chart with `--set` values; the rendered YAML.
 fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
     helm.args(["template", release, &chart_dir(), "--namespace", ns]);
@@ -877,14 +889,7 @@ async fn helm_install_creates_every_object() {
 /// during an outage; the Lease is the release's own, named in its RBAC and passed to the operator.
 #[test]
 fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
-    // Rendering only: no control plane; helm's homes in the temporary directory.
-    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
-    for home in ["CACHE", "CONFIG", "DATA"] {
-        helm.env(
-            format!("HELM_{home}_HOME"),
-            std::env::temp_dir().join(format!("lc-helm-{home}")),
-        );
-    }
+    let helm = helm_offline();
     let rendered = template(
         helm,
         "lc",
@@ -977,13 +982,7 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
         docs.iter().all(|d| d["kind"] != "NetworkPolicy"),
         "off by default"
     );
-    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
-    for home in ["CACHE", "CONFIG", "DATA"] {
-        helm.env(
-            format!("HELM_{home}_HOME"),
-            std::env::temp_dir().join(format!("lc-helm-{home}")),
-        );
-    }
+    let helm = helm_offline();
     let tuned = template(
         helm,
         "lc",
@@ -1047,6 +1046,112 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
         String::from_utf8_lossy(&bad.stderr).contains("shorter than the lease duration"),
         "{}",
         String::from_utf8_lossy(&bad.stderr)
+    );
+}
+
+/// Credentials come from Secrets, each into the one container that needs it, and never through
+/// the ConfigMap: rendered with every credential set, the ConfigMap holds none, and a signing
+/// secret written into `config` is refused.
+#[test]
+fn the_chart_takes_credentials_from_secrets_only() {
+    let rendered = template(
+        helm_offline(),
+        "lc",
+        "ns",
+        &[
+            "secrets.signingSecret.existingSecret=lc-signing",
+            "secrets.apiTls.existingSecret=lc-api-tls",
+            "secrets.apiTls.clientCaKey=client-ca.crt",
+            "secrets.nifiTls.existingSecret=lc-nifi-tls",
+            "tests.tokenSecret.existingSecret=lc-test-token",
+        ],
+    );
+    let docs: Vec<serde_yaml::Value> = rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lc-load-control")
+        .unwrap();
+    let config = cm["data"]["config.yaml"].as_str().unwrap();
+    for word in [
+        "signing",
+        "ssl_",
+        "client_cert",
+        "client_key",
+        "ca_bundle",
+        "tokens",
+        "sha256",
+    ] {
+        assert!(
+            !config.contains(word),
+            "the ConfigMap holds {word}:\n{config}"
+        );
+    }
+    let containers = docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]
+        ["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let env_of = |name: &str| -> Vec<String> {
+        containers.iter().find(|c| c["name"] == name).unwrap()["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (api, op) = (env_of("api-server"), env_of("operator"));
+    assert!(
+        op.contains(&"LCA_NIFI__SIGNING_SECRET".into())
+            && !api.contains(&"LCA_NIFI__SIGNING_SECRET".into())
+    );
+    assert!(
+        api.contains(&"LCA_SERVER__SSL_KEYFILE".into())
+            && !op.contains(&"LCA_SERVER__SSL_KEYFILE".into())
+    );
+    assert!(
+        op.contains(&"LCA_NIFI__CLIENT_KEY".into())
+            && !api.contains(&"LCA_NIFI__CLIENT_KEY".into())
+    );
+    let test_pod = docs
+        .iter()
+        .find(|d| d["kind"] == "Pod" && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+        .unwrap();
+    let command: Vec<&str> = test_pod["spec"]["containers"][0]["command"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    assert!(command[2].starts_with("https://"), "{command:?}");
+    assert_eq!(
+        command.iter().filter(|c| **c == "--metrics").count(),
+        2,
+        "both containers scraped"
+    );
+    assert_eq!(
+        test_pod["spec"]["containers"][0]["env"][0]["name"],
+        "LC_PROBE_TOKEN"
+    );
+    // A secret in the values' config is refused, naming where it belongs.
+    let mut helm = helm_offline();
+    let refused = helm
+        .args([
+            "template",
+            "lc",
+            &chart_dir(),
+            "--set",
+            "config.nifi.signing_secret=oops",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("secrets.signingSecret"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
     );
 }
 

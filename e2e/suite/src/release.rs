@@ -83,6 +83,14 @@ impl Release {
             "lc-tokens",
             &format!("--from-literal=tokens.yaml={tokens}"),
         ]);
+        // helm test reads with the operator token too.
+        r.k(&[
+            "create",
+            "secret",
+            "generic",
+            "lc-test-token",
+            &format!("--from-literal=token={OPS_TOKEN}"),
+        ]);
         r
     }
 
@@ -131,6 +139,8 @@ impl Release {
             "database.existingSecret=lc-db",
             "--set",
             "auth.existingSecret=lc-tokens",
+            "--set",
+            "tests.tokenSecret.existingSecret=lc-test-token",
             "--set",
             &receiver,
             // Namespace mode: this release never touches another installation's LoadJobs.

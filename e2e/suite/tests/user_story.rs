@@ -83,8 +83,12 @@ async fn user_story_on_a_real_node() {
         "Lease held by {leader}, one of {pod_names:?}"
     );
     // The API answers through the Service (helm test).
-    let test = s.helm(&["test", &s.name]);
+    let test = s.helm(&["test", &s.name, "--logs"]);
     assert!(test.contains("Succeeded"), "helm test: {test}");
+    assert!(
+        test.contains("the token reads") && test.matches("/metrics scraped").count() == 2,
+        "helm test read with the token and scraped both containers: {test}"
+    );
     eprintln!("story: helm install --wait --wait-for-jobs took {install_secs:.1}s");
 
     // 2. kubectl apply a LoadJob.
