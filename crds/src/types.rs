@@ -21,18 +21,30 @@ fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Sch
     s
 }
 
-/// A standard Kubernetes condition.
+/// A condition in the shape of `metav1.Condition` (the same fields, formats and limits).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
     #[serde(rename = "type")]
+    #[schemars(length(max = 316))]
     pub type_: String,
     /// `True`, `False` or `Unknown`.
+    #[schemars(extend("enum" = ["True", "False", "Unknown"]))]
     pub status: String,
+    /// A CamelCase word saying why.
+    #[schemars(
+        regex(pattern = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"),
+        length(min = 1, max = 1024)
+    )]
     pub reason: String,
+    #[schemars(length(max = 32768))]
     pub message: String,
+    /// When the status last changed (RFC 3339).
+    #[schemars(extend("format" = "date-time"))]
     pub last_transition_time: String,
+    /// The object's generation this condition was set for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub observed_generation: Option<i64>,
 }
 
@@ -116,8 +128,14 @@ pub struct CleanupSpec {
     namespaced,
     status = "LoadJobStatus",
     shortname = "lj",
+    category = "loadcontrol",
     doc = "A load definition; its settings and suspend flag are written into the ledger's load_job table.",
     printcolumn(name = "JobKey", type_ = "string", json_path = ".spec.jobKey"),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
     printcolumn(name = "Suspended", type_ = "boolean", json_path = ".spec.suspend"),
     printcolumn(
         name = "Active",
@@ -213,6 +231,7 @@ pub struct ResolutionRequest {
     namespaced,
     status = "LoadRunStatus",
     shortname = "lr",
+    category = "loadcontrol",
     doc = "One load run as the ledger records it. Write spec.cancel or spec.resolution to act on it.",
     printcolumn(name = "Job", type_ = "string", json_path = ".spec.jobKey"),
     printcolumn(
@@ -324,6 +343,9 @@ pub struct LoadRunStatus {
     #[serde(default)]
     #[schemars(schema_with = "conditions_schema")]
     pub conditions: Vec<Condition>,
+    /// The LoadRun's generation (its spec: cancel, resolution) this status has seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 #[cfg(test)]

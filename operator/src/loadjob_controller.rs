@@ -217,6 +217,8 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
                 &reason,
                 generation,
             );
+            // Nothing of this spec was applied: a Suspended condition would describe an old one.
+            status.conditions.retain(|c| c.type_ != "Suspended");
         }
         Ok(settings) => match ctx
             .ledger
@@ -240,6 +242,7 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
                     &msg,
                     generation,
                 );
+                status.conditions.retain(|c| c.type_ != "Suspended");
             }
             JobWrite::Applied => {
                 set_condition(

@@ -253,6 +253,33 @@ async fn loadjobs_write_the_ledger_report_conditions_and_suspend_creates() {
             .filter(|r| r.0 == "True")
     })
     .await;
+    // The spec turned invalid: Ready=False, and no stale Suspended condition describes it.
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: insp}\nspec:\n  jobKey: INSP\n  suspend: true\n  recovery: {stale: 30m}\n");
+    eventually(
+        "Ready=False InvalidSpec",
+        Duration::from_secs(20),
+        || async {
+            c.condition("insp", "Ready")
+                .await
+                .filter(|r| r.0 == "False" && r.1 == "InvalidSpec")
+        },
+    )
+    .await;
+    assert!(
+        c.condition("insp", "Suspended").await.is_none(),
+        "stale Suspended condition kept"
+    );
+    // kubectl shows Ready in `get lj` and lists both kinds under the category.
+    let out =
+        c.cp.kubectl()
+            .args(["get", "loadcontrol", "-n", &c.ns])
+            .output()
+            .unwrap();
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        table.contains("READY") && table.contains("loadjob.loadcontrol.io/insp"),
+        "{table}"
+    );
 
     // Deleting the LoadJob marks the row removed (kept for history).
     Api::<LoadJob>::namespaced(c.cp.client().await.unwrap(), &c.ns)
@@ -1155,6 +1182,72 @@ fn the_chart_takes_credentials_from_secrets_only() {
     );
 }
 
+/// NOTES' example LoadJob is one this release manages, for each combination of the values it
+/// depends on: labelled when instanceSelector is on, applied in a watched namespace; its commands
+/// name the release's Lease and the API's scheme.
+#[test]
+fn the_notes_example_is_right_for_every_combination() {
+    for (instance, watch, tls) in [
+        (false, false, false),
+        (true, false, false),
+        (false, true, true),
+        (true, true, true),
+    ] {
+        let mut args = vec!["install", "lc", "--dry-run=client", "-n", "rel"];
+        let chart = chart_dir();
+        args.insert(2, &chart);
+        let sets = [
+            (instance, "instanceSelector=true"),
+            (watch, "watchNamespaces={team-a,team-b}"),
+            (tls, "secrets.apiTls.existingSecret=api-tls"),
+        ];
+        for (on, set) in sets {
+            if on {
+                args.extend(["--set", set]);
+            }
+        }
+        let out = helm_offline().args(&args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        let notes = &text[text.find("NOTES:").unwrap()..];
+        let yaml = notes
+            .split("<<YAML\n")
+            .nth(1)
+            .unwrap()
+            .split("\n     YAML")
+            .next()
+            .unwrap();
+        let job: LoadJob = serde_yaml::from_str(yaml).unwrap_or_else(|e| panic!("{e}: {yaml}"));
+        assert_eq!(
+            job.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("loadcontrol.io/instance"))
+                .map(String::as_str),
+            instance.then_some("lc"),
+            "{notes}"
+        );
+        let ns = if watch { "team-a" } else { "rel" };
+        assert!(
+            notes.contains(&format!("kubectl -n {ns} apply -f -")),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("get lease lc-load-control-leader"),
+            "{notes}"
+        );
+        let scheme = if tls { "https://" } else { "http://" };
+        assert!(
+            notes.contains(&format!("Point NiFi at the API: {scheme}")),
+            "{notes}"
+        );
+    }
+}
+
 /// A jobKey of 200 characters with a leading `_` makes no valid label value as it is; its run is
 /// mirrored with a hashed label, and it never holds up the runs after it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1384,7 +1477,19 @@ async fn a_refused_request_shows_as_a_condition() {
             .find(|c| c.type_ == "RequestRefused" && c.status == "True")
     })
     .await;
-    assert_eq!(refused.reason, "RUN_STATUS_MISMATCH");
+    assert_eq!(refused.reason, "RunStatusMismatch");
+    assert!(
+        refused.message.contains("RUN_STATUS_MISMATCH"),
+        "{}",
+        refused.message
+    );
+    // The status says which spec it has seen.
+    let seen = api.get(&name).await.unwrap();
+    assert_eq!(
+        seen.status.as_ref().unwrap().observed_generation,
+        seen.metadata.generation,
+        "observedGeneration follows the spec carrying the request"
+    );
     assert!(
         refused.message.contains("not PUBLISH_UNKNOWN"),
         "{}",

@@ -183,13 +183,16 @@ async fn mirror_run(
         "RequestRefused",
         refusal.is_some(),
         if refusal.is_some() {
-            "RUN_STATUS_MISMATCH"
+            // CamelCase, as Kubernetes reasons are; the message keeps the ledger's code.
+            "RunStatusMismatch"
         } else {
             "NoRefusal"
         },
         refusal.as_deref().unwrap_or(""),
         None,
     );
+    // The spec (cancel, resolution) this status has seen, so a user can tell.
+    status.observed_generation = existing.metadata.generation;
     let applying = Applied::of(&status);
     if known.is_some_and(|k| k.digest == applying.digest) {
         return Ok(()); // unchanged (or written already, and the watch has not brought it back)

@@ -118,6 +118,8 @@ pub fn run_status(run: &MirroredRun, previous: Option<&LoadRunStatus>) -> LoadRu
         },
         ledger_version: run.version_no as i64,
         conditions,
+        // Set by the writer, which knows which spec it has seen.
+        observed_generation: previous.and_then(|p| p.observed_generation),
     }
 }
 
