@@ -34,8 +34,14 @@ fn the_crds_carry_what_operators_rely_on() {
         .iter()
         .map(|c| c["name"].as_str().unwrap())
         .collect();
-    assert_eq!(cols, vec!["JobKey", "Ready", "Suspended", "Active", "Last", "Age"]);
-    assert_eq!(job["spec"]["names"]["categories"], serde_json::json!(["loadcontrol"]));
+    assert_eq!(
+        cols,
+        vec!["JobKey", "Ready", "Suspended", "Active", "Last", "Age"]
+    );
+    assert_eq!(
+        job["spec"]["names"]["categories"],
+        serde_json::json!(["loadcontrol"])
+    );
     let spec = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(
         spec["jobKey"]["x-kubernetes-validations"][0]["rule"],

@@ -61,6 +61,18 @@ async fn every_metric_the_dashboard_queries_exists() {
             queried.extend(re.find_iter(expr).map(|m| m.as_str().to_string()));
         }
     }
+    let have = exposed_by_both().await;
+    let missing: Vec<_> = queried.iter().filter(|m| !have.contains(*m)).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics nobody exposes: {missing:?}\nexposed: {have:?}"
+    );
+    assert!(queried.len() >= 8, "{queried:?}");
+}
+
+/// Every metric name the api-server's and the operator's /metrics expose, each family with a
+/// sample as a working installation has them.
+async fn exposed_by_both() -> BTreeSet<String> {
     // The api-server's /metrics after a chunk report (families appear with their first sample).
     let env = Env::start(|_| {}).await;
     let mut config = env.config.clone();
@@ -114,13 +126,107 @@ async fn every_metric_the_dashboard_queries_exists() {
     m.sweeper_actions("reissue_partition", 1);
     m.gauges(&[("DEAD".into(), 0)], &[("PUBLISH_UNKNOWN".into(), 0)]);
     m.leading(true);
+    m.task_restarted("loadrun_mirror");
+    m.kubernetes_access(true);
+    m.reconciled("loadrun_mirror", "transient", 0.1);
     let operator_text = m.render();
     let mut have = exposed(&api_text);
     have.extend(exposed(&operator_text));
-    let missing: Vec<_> = queried.iter().filter(|m| !have.contains(*m)).collect();
+    have
+}
+
+/// The chart's PrometheusRule: every alert queries only series the binaries expose (with label
+/// values they use), and links a section of the runbook that exists.
+#[tokio::test]
+async fn every_alert_queries_exposed_metrics_and_links_its_runbook_section() {
+    let chart = format!("{}/../charts/load-control", env!("CARGO_MANIFEST_DIR"));
+    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
+    for home in ["CACHE", "CONFIG", "DATA"] {
+        helm.env(
+            format!("HELM_{home}_HOME"),
+            std::env::temp_dir().join(format!("lc-helm-{home}")),
+        );
+    }
+    let out = helm
+        .args([
+            "template",
+            "lc",
+            &chart,
+            "-n",
+            "ns",
+            "--set",
+            "prometheusRule.enabled=true",
+        ])
+        .args([
+            "--set",
+            "prometheusRule.labels.release=kube-prometheus-stack",
+        ])
+        .output()
+        .unwrap();
     assert!(
-        missing.is_empty(),
-        "the dashboard queries metrics nobody exposes: {missing:?}\nexposed: {have:?}"
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert!(queried.len() >= 8, "{queried:?}");
+    let rendered = String::from_utf8_lossy(&out.stdout);
+    let rule: serde_yaml::Value = rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+        .find(|d| d["kind"] == "PrometheusRule")
+        .expect("a PrometheusRule");
+    assert_eq!(
+        rule["metadata"]["labels"]["release"],
+        "kube-prometheus-stack"
+    );
+    let runbook = std::fs::read_to_string(format!(
+        "{}/../docs/operations.md",
+        env!("CARGO_MANIFEST_DIR")
+    ))
+    .unwrap();
+    // GitHub's anchors: lower case, spaces to '-', punctuation other than '-' and '_' dropped.
+    let anchors: BTreeSet<String> = runbook
+        .lines()
+        .filter_map(|l| l.strip_prefix('#'))
+        .map(|h| {
+            h.trim_start_matches('#')
+                .trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_alphanumeric() || *c == ' ' || *c == '-' || *c == '_')
+                .map(|c| if c == ' ' { '-' } else { c })
+                .collect()
+        })
+        .collect();
+    let have = exposed_by_both().await;
+    let metric = regex::Regex::new(r"lca_[a-z_]+").unwrap();
+    let rules = rule["spec"]["groups"][0]["rules"].as_sequence().unwrap();
+    assert!(rules.len() >= 8, "{rules:?}");
+    for r in rules {
+        let (name, expr) = (r["alert"].as_str().unwrap(), r["expr"].as_str().unwrap());
+        assert_eq!(
+            expr.matches('(').count(),
+            expr.matches(')').count(),
+            "{name}: {expr}"
+        );
+        assert_eq!(
+            expr.matches('{').count(),
+            expr.matches('}').count(),
+            "{name}: {expr}"
+        );
+        let used: Vec<&str> = metric.find_iter(expr).map(|m| m.as_str()).collect();
+        assert!(!used.is_empty(), "{name} queries no lca_ series");
+        for m in used {
+            assert!(have.contains(m), "{name} queries {m}, which nobody exposes");
+        }
+        let url = r["annotations"]["runbook_url"].as_str().unwrap();
+        let anchor = url.split_once('#').map(|(_, a)| a).unwrap_or_default();
+        assert!(
+            anchors.contains(anchor),
+            "{name}: no section #{anchor} in the runbook ({anchors:?})"
+        );
+        assert!(
+            r["labels"]["severity"].as_str().is_some(),
+            "{name} has a severity"
+        );
+    }
 }
