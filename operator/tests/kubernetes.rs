@@ -730,6 +730,13 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
             .await
             .map(|_| ())
     ));
+    // The uninstall hook's rights are its own ServiceAccount's, not the operator's.
+    assert!(forbidden(
+        Api::<k8s_openapi::api::apps::v1::Deployment>::namespaced(sa.clone(), &c.ns)
+            .get("rel-load-control")
+            .await
+            .map(|_| ())
+    ));
     // Lease rights are the release's own Lease's: another Lease in the same namespace is refused.
     assert!(forbidden(
         Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(sa, &c.ns)
