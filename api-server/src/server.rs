@@ -5,14 +5,15 @@ use ledger::Ledger;
 use std::time::Duration;
 use tokio::net::TcpListener;
 
+/// The ledger's pool, connecting in the background: the API starts (and answers 503
+/// `DATABASE_UNAVAILABLE`, `/readyz` 503) while the database is not there yet.
 pub async fn connect_ledger(c: &Config) -> anyhow::Result<Ledger> {
-    Ok(Ledger::connect(
+    Ok(Ledger::connect_lazy(
         &c.database_url(),
         c.database.pool_size,
         c.database.max_overflow,
         c.ledger_config(),
-    )
-    .await?)
+    )?)
 }
 
 /// Serves until `shutdown` resolves, then gives in-flight requests `timeout_graceful_shutdown`.

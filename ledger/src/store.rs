@@ -78,6 +78,25 @@ impl Ledger {
         Ok(Ledger::new(pool, config))
     }
 
+    /// The same pool, connecting in the background: a database that is not there yet (a process
+    /// started before it, a failover) is waited out, never a reason to exit. Only a malformed URL
+    /// is an error. Every operation meanwhile fails as the database being unavailable.
+    pub fn connect_lazy(
+        url: &str,
+        size: u32,
+        overflow: u32,
+        config: LedgerConfig,
+    ) -> LedgerResult<Self> {
+        let opts = PgConnectOptions::from_str(url)?.application_name("load-control");
+        let pool = PgPoolOptions::new()
+            .min_connections(size.min(2))
+            .max_connections(size + overflow)
+            .acquire_timeout(Duration::from_secs(10))
+            .idle_timeout(Duration::from_secs(60))
+            .connect_lazy_with(opts);
+        Ok(Ledger::new(pool, config))
+    }
+
     pub fn config(&self) -> &LedgerConfig {
         &self.config
     }

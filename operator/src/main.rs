@@ -158,14 +158,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     lcconfig::logging::init(&config.logging);
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let ledger = ledger::Ledger::connect(
+    // Connects in the background: a database that is not there yet is waited out (leadership,
+    // dispatcher and sweeper retry; /readyz says so), never a reason to exit.
+    let ledger = ledger::Ledger::connect_lazy(
         &config.database_url(),
         config.database.pool_size,
         config.database.max_overflow,
         config.ledger_config(),
     )
-    .await
-    .context("connecting to the database")?;
+    .context("the database URL")?;
     let identity = default_identity();
     let mut operator = if cli.standalone {
         let leadership =

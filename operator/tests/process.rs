@@ -250,3 +250,134 @@ async fn a_crash_looping_task_fails_liveness() {
     assert_eq!(body["crashLooping"], serde_json::json!(["sweeper"]));
     op.stop().await.unwrap();
 }
+
+/// Forwards `127.0.0.1:<port>` to `to` once started (a database that appears late).
+async fn forwarder(listener: tokio::net::TcpListener, to: String) {
+    loop {
+        let Ok((mut inbound, _)) = listener.accept().await else {
+            return;
+        };
+        let to = to.clone();
+        tokio::spawn(async move {
+            if let Ok(mut outbound) = tokio::net::TcpStream::connect(&to).await {
+                let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+            }
+        });
+    }
+}
+
+/// The binaries never exit because the database is not there yet: started against an address
+/// where nothing listens, the operator and the api-server stay up and say they are not ready,
+/// and once the database appears there they become ready (and the operator leads) by themselves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binaries_wait_for_a_database_that_is_not_there_yet() {
+    let env = Env::start(|_| {}).await;
+    let real = env.db.url.clone();
+    let real_addr = real
+        .split('@')
+        .nth(1)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let (db_port, op_port, api_port) = (free(), free(), free());
+    let late_url = real.replace(&real_addr, &format!("127.0.0.1:{db_port}"));
+    let operator = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &late_url)
+        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9/nifi")
+        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+        .env("LCA_WORKER__METRICS_PORT", op_port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let api = Command::new(
+        std::path::Path::new(env!("CARGO_BIN_EXE_load-control-operator"))
+            .with_file_name("load-control-api"),
+    )
+    .args([
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &api_port.to_string(),
+    ])
+    .env("LCA_CONFIG", "/dev/null")
+    .env("DATABASE_URL", &late_url)
+    .stdout(Stdio::null())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let mut children = Kill(vec![operator, api]);
+    let http = reqwest::Client::new();
+    let status = |port: u16, path: &'static str| {
+        let http = http.clone();
+        async move {
+            http.get(format!("http://127.0.0.1:{port}{path}"))
+                .send()
+                .await
+                .ok()
+                .map(|r| r.status().as_u16())
+        }
+    };
+    // Both answer, alive but not ready, and keep running.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (status(op_port, "/healthz").await != Some(200)
+        || status(api_port, "/healthz").await != Some(200))
+        && Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(status(op_port, "/healthz").await, Some(200));
+    assert_eq!(status(op_port, "/readyz").await, Some(503));
+    assert_eq!(status(api_port, "/readyz").await, Some(503));
+    tokio::time::sleep(Duration::from_secs(3)).await; // a few retries of everything
+    for c in &mut children.0 {
+        assert!(c.try_wait().unwrap().is_none(), "a binary exited: {c:?}");
+    }
+    // The database appears at that address.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", db_port))
+        .await
+        .unwrap();
+    tokio::spawn(forwarder(listener, real_addr));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut leading = false;
+    while Instant::now() < deadline && !leading {
+        let metrics = http
+            .get(format!("http://127.0.0.1:{op_port}/metrics"))
+            .send()
+            .await
+            .ok();
+        if let Some(m) = metrics {
+            leading = m
+                .text()
+                .await
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l == "lca_leader 1");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(leading, "the operator leads once the database is there");
+    assert_eq!(status(api_port, "/readyz").await, Some(200));
+    assert_eq!(status(op_port, "/readyz").await, Some(200));
+}
