@@ -67,15 +67,8 @@ impl Ledger {
         overflow: u32,
         config: LedgerConfig,
     ) -> LedgerResult<Self> {
-        let opts = PgConnectOptions::from_str(url)?.application_name("load-control");
-        let pool = PgPoolOptions::new()
-            .min_connections(size.min(2))
-            .max_connections(size + overflow)
-            .acquire_timeout(Duration::from_secs(10))
-            .idle_timeout(Duration::from_secs(60))
-            .connect_with(opts)
-            .await?;
-        Ok(Ledger::new(pool, config))
+        let (options, connect) = Self::pool_options(url, size, overflow)?;
+        Ok(Ledger::new(options.connect_with(connect).await?, config))
     }
 
     /// The same pool, connecting in the background: a database that is not there yet (a process
@@ -87,14 +80,22 @@ impl Ledger {
         overflow: u32,
         config: LedgerConfig,
     ) -> LedgerResult<Self> {
-        let opts = PgConnectOptions::from_str(url)?.application_name("load-control");
-        let pool = PgPoolOptions::new()
+        let (options, connect) = Self::pool_options(url, size, overflow)?;
+        Ok(Ledger::new(options.connect_lazy_with(connect), config))
+    }
+
+    fn pool_options(
+        url: &str,
+        size: u32,
+        overflow: u32,
+    ) -> LedgerResult<(PgPoolOptions, PgConnectOptions)> {
+        let connect = PgConnectOptions::from_str(url)?.application_name("load-control");
+        let options = PgPoolOptions::new()
             .min_connections(size.min(2))
             .max_connections(size + overflow)
             .acquire_timeout(Duration::from_secs(10))
-            .idle_timeout(Duration::from_secs(60))
-            .connect_lazy_with(opts);
-        Ok(Ledger::new(pool, config))
+            .idle_timeout(Duration::from_secs(60));
+        Ok((options, connect))
     }
 
     pub fn config(&self) -> &LedgerConfig {
