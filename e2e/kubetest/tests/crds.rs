@@ -59,7 +59,15 @@ async fn the_crds_install_and_enforce_patterns_and_immutability() {
     let header: Vec<&str> = text.lines().next().unwrap().split_whitespace().collect();
     assert_eq!(
         header,
-        vec!["NAME", "JOBKEY", "SUSPENDED", "ACTIVE", "LAST", "AGE"]
+        vec![
+            "NAME",
+            "JOBKEY",
+            "READY",
+            "SUSPENDED",
+            "ACTIVE",
+            "LAST",
+            "AGE"
+        ]
     );
     assert!(text.contains("ORACLE_INSP_DTL_DAILY"));
     let runs = cp
