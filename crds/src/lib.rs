@@ -36,3 +36,20 @@ pub fn crd_yaml() -> Vec<(&'static str, String)> {
         ),
     ]
 }
+
+/// The CRD of `plural` loosened as an older or hand-edited CRD might be: any spec is accepted and
+/// no rule is checked. The fault tests write objects the operator cannot read with it.
+pub fn loosened_crd_json(plural: &str) -> serde_json::Value {
+    let (_, yaml) = crd_yaml()
+        .into_iter()
+        .find(|(name, _)| name.starts_with(plural))
+        .unwrap_or_else(|| panic!("no CRD named {plural}"));
+    let mut crd: serde_json::Value = serde_yaml::from_str(&yaml).expect("the generated CRD parses");
+    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+    schema["properties"]["spec"] =
+        serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+    if let Some(root) = schema.as_object_mut() {
+        root.remove("x-kubernetes-validations");
+    }
+    crd
+}

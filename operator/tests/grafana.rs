@@ -140,14 +140,7 @@ async fn exposed_by_both() -> BTreeSet<String> {
 #[tokio::test]
 async fn every_alert_queries_exposed_metrics_and_links_its_runbook_section() {
     let chart = format!("{}/../charts/load-control", env!("CARGO_MANIFEST_DIR"));
-    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
-    for home in ["CACHE", "CONFIG", "DATA"] {
-        helm.env(
-            format!("HELM_{home}_HOME"),
-            std::env::temp_dir().join(format!("lc-helm-{home}")),
-        );
-    }
-    let out = helm
+    let out = kubetest::helm_offline()
         .args([
             "template",
             "lc",

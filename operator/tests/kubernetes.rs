@@ -588,18 +588,6 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
     template(cp.helm(), release, ns, &[])
 }
 
-/// helm for rendering only: no control plane; its homes in the temporary directory.
-fn helm_offline() -> std::process::Command {
-    let mut helm = std::process::Command::new(kubetest::bin_dir().unwrap().join("helm"));
-    for home in ["CACHE", "CONFIG", "DATA"] {
-        helm.env(
-            format!("HELM_{home}_HOME"),
-            std::env::temp_dir().join(format!("lc-helm-{home}")),
-        );
-    }
-    helm
-}
-
 /// `helm template` of the chart with `--set` values; the rendered YAML.
 fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
     helm.args(["template", release, &chart_dir(), "--namespace", ns]);
@@ -923,7 +911,7 @@ async fn helm_install_creates_every_object() {
 /// during an outage; the Lease is the release's own, named in its RBAC and passed to the operator.
 #[test]
 fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
-    let helm = helm_offline();
+    let helm = kubetest::helm_offline();
     let rendered = template(
         helm,
         "lc",
@@ -1016,7 +1004,7 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
         docs.iter().all(|d| d["kind"] != "NetworkPolicy"),
         "off by default"
     );
-    let helm = helm_offline();
+    let helm = kubetest::helm_offline();
     let tuned = template(
         helm,
         "lc",
@@ -1089,7 +1077,7 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
 #[test]
 fn the_chart_takes_credentials_from_secrets_only() {
     let rendered = template(
-        helm_offline(),
+        kubetest::helm_offline(),
         "lc",
         "ns",
         &[
@@ -1170,7 +1158,7 @@ fn the_chart_takes_credentials_from_secrets_only() {
         "LC_PROBE_TOKEN"
     );
     // A secret in the values' config is refused, naming where it belongs.
-    let mut helm = helm_offline();
+    let mut helm = kubetest::helm_offline();
     let refused = helm
         .args([
             "template",
@@ -1213,7 +1201,7 @@ fn the_notes_example_is_right_for_every_combination() {
                 args.extend(["--set", set]);
             }
         }
-        let out = helm_offline().args(&args).output().unwrap();
+        let out = kubetest::helm_offline().args(&args).output().unwrap();
         assert!(
             out.status.success(),
             "{}",
@@ -1694,17 +1682,7 @@ async fn an_unreadable_loadjob_is_reported_and_holds_up_no_other() {
 /// Replaces the CRD whose name starts with `plural` by one that accepts any spec (as an older or
 /// hand-edited CRD might have), so objects the operator cannot read can be written.
 fn loosen_crd(cp: &ControlPlane, plural: &str) {
-    let (_, yaml) = crds::crd_yaml()
-        .into_iter()
-        .find(|(name, _)| name.starts_with(plural))
-        .unwrap();
-    let mut crd: Value = serde_yaml::from_str(&yaml).unwrap();
-    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    schema["properties"]["spec"] =
-        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    if let Some(root) = schema.as_object_mut() {
-        root.remove("x-kubernetes-validations");
-    }
+    let crd = crds::loosened_crd_json(plural);
     let out = kubectl_with_input(
         cp,
         &["apply", "--server-side", "--force-conflicts", "-f", "-"],

@@ -52,6 +52,19 @@ fn go_mod_version(go_mod: &str, module: &str) -> Option<String> {
 }
 
 /// Where `scripts/controlplane-build` put the binaries.
+/// `helm` for rendering only (`helm template`, `install --dry-run=client`): no control plane, its
+/// homes in the temporary directory.
+pub fn helm_offline() -> Command {
+    let mut helm = Command::new(bin_dir().expect("the control-plane binaries").join("helm"));
+    for home in ["CACHE", "CONFIG", "DATA"] {
+        helm.env(
+            format!("HELM_{home}_HOME"),
+            std::env::temp_dir().join(format!("lc-helm-{home}")),
+        );
+    }
+    helm
+}
+
 pub fn bin_dir() -> anyhow::Result<PathBuf> {
     if let Some(dir) = std::env::var_os("LC_CONTROLPLANE_BIN") {
         return Ok(PathBuf::from(dir));

@@ -326,14 +326,8 @@ pub struct LooseCrds<'a> {
 
 impl Release {
     pub fn loosen_crds(&self) -> LooseCrds<'_> {
-        for (_, yaml) in crds::crd_yaml() {
-            let mut crd: Value = serde_yaml::from_str(&yaml).expect("the generated CRD parses");
-            let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-            schema["properties"]["spec"] =
-                serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-            if let Some(root) = schema.as_object_mut() {
-                root.remove("x-kubernetes-validations");
-            }
+        for plural in ["loadjobs", "loadruns"] {
+            let crd = crds::loosened_crd_json(plural);
             must(self.node.kubectl_stdin(
                 &["apply", "--server-side", "--force-conflicts", "-f", "-"],
                 &crd.to_string(),
