@@ -492,14 +492,18 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        s.0.metrics.render(),
+        {
+            s.0.metrics
+                .connections_retired(s.0.ledger.connections_retired());
+            s.0.metrics.render()
+        },
     )
         .into_response()
 }
 
-#[utoipa::path(get, path = "/readyz", description = "Readiness: the database answers within 2 s (§4.23).", responses((status = 200, description = "OK")))]
+#[utoipa::path(get, path = "/readyz", description = "Readiness (§4.23): the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while it is read-only, in recovery or unreachable.", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take writes now")))]
 pub async fn readyz(State(s): State<AppState>) -> Response {
-    match tokio::time::timeout(Duration::from_secs(2), s.0.ledger.ping()).await {
+    match tokio::time::timeout(Duration::from_secs(2), s.0.ledger.write_check()).await {
         Ok(Ok(())) => Json(json!({"status": "ok"})).into_response(),
         outcome => {
             let cause = match outcome {

@@ -183,7 +183,7 @@ impl From<LedgerError> for ApiError {
                     .with_message("constraint violated")
                     .with_details(json!({"constraint": constraint}))
             }
-            L::Database(e) => {
+            e @ (L::Database(_) | L::Unwritable(_)) => {
                 tracing::error!(event = "database_error", error = %e, "database error");
                 ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
                     .with_message("database error, retry later")

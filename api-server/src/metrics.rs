@@ -30,6 +30,9 @@ pub struct Metrics {
     request_seconds: Family<EndpointLabel, Histogram>,
     chunk_reports: Family<ResultLabel, Counter>,
     run_lock_wait: Histogram,
+    connections_retired: Counter,
+    /// Serializes the catch-up of `connections_retired` from the ledger's own count.
+    retired_sync: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -61,12 +64,20 @@ impl Default for Metrics {
             "Time partition calls spent acquiring the run row lock",
             run_lock_wait.clone(),
         );
+        let connections_retired = Counter::default();
+        registry.register(
+            "lca_db_connections_retired",
+            "Pooled database connections closed because their server could not take writes (read-only, standby, shutting down): each burst is a failover or switchover seen by this process",
+            connections_retired.clone(),
+        );
         Metrics {
             registry,
             requests,
             request_seconds,
             chunk_reports,
             run_lock_wait,
+            connections_retired,
+            retired_sync: Default::default(),
         }
     }
 }
@@ -92,6 +103,15 @@ impl Metrics {
                 result: result.as_str(),
             })
             .inc();
+    }
+
+    /// Brings `lca_db_connections_retired` up to the ledger's count.
+    pub fn connections_retired(&self, total: u64) {
+        let _one_at_a_time = self.retired_sync.lock().unwrap_or_else(|p| p.into_inner());
+        let seen = self.connections_retired.get();
+        if total > seen {
+            self.connections_retired.inc_by(total - seen);
+        }
     }
 
     /// Prometheus text exposition.

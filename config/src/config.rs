@@ -113,6 +113,9 @@ pub struct DatabaseConfig {
     pub pool_size: u32,
     pub max_overflow: u32,
     pub tx_attempts: u32,
+    /// **[v1-ext]** No pooled connection is used after this age, so that a pool behind a moving
+    /// service address ends up on the current primary even if nothing ever fails.
+    pub pool_max_lifetime: Dur,
 }
 
 impl Default for DatabaseConfig {
@@ -124,6 +127,7 @@ impl Default for DatabaseConfig {
             pool_size: 10,
             max_overflow: 5,
             tx_attempts: 3,
+            pool_max_lifetime: Dur::secs(600),
         }
     }
 }
@@ -627,6 +631,12 @@ impl Config {
                 "must exceed nifi.timeout_seconds",
             ));
         }
+        if self.database.pool_max_lifetime.0 < std::time::Duration::from_secs(1) {
+            return Err(invalid(
+                "database.pool_max_lifetime",
+                "must be at least 1 second",
+            ));
+        }
         if self.dispatch.backoff_min.0 > self.dispatch.backoff_max.0 {
             return Err(invalid(
                 "dispatch.backoff_min",
@@ -688,6 +698,7 @@ impl Config {
             thresholds: self.thresholds(),
             cleanup_max_batch: self.cleanup.max_batch as i64,
             dispatch_lease: self.dispatch.lease.0,
+            pool_max_lifetime: self.database.pool_max_lifetime.0,
         }
     }
 }
@@ -791,6 +802,10 @@ mod tests {
         assert!(
             check("database: {url: 'postgres://h/d'}\ndispatch: {lease: 5s}\n")
                 .contains("dispatch.lease")
+        );
+        assert!(
+            check("database: {url: 'postgres://h/d', pool_max_lifetime: 0}\n")
+                .contains("database.pool_max_lifetime")
         );
         assert!(
             check("database: {url: 'postgres://h/d'}\nlogging: {stdout: false}\n")

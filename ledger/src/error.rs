@@ -67,6 +67,9 @@ pub enum LedgerError {
     /// A row the ledger itself wrote is not what the schema allows (a bug, not a client mistake).
     #[error("ledger invariant broken: {0}")]
     Corrupt(String),
+    /// The server cannot take writes now (a standby, read-only): found by the readiness check.
+    #[error("the database cannot take writes: it {0}")]
+    Unwritable(String),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }

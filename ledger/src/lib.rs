@@ -1,6 +1,7 @@
 //! The load-control ledger: the domain (run, partition and dispatch state machines, manifest
 //! invariants, chunk gate) and the PostgreSQL store that applies it as compare-and-set
 //! transactions. Everything that decides lives here; nothing here knows HTTP or Kubernetes.
+pub mod connections;
 pub mod decimal;
 pub mod error;
 pub mod event;

@@ -1,5 +1,6 @@
 //! The PostgreSQL store: pool, whole-transaction retries (CONTRACT §3.9) and run locking (§3.10,
 //! §5.3). Every operation in `ops` runs through `transaction!` and takes its locks through here.
+use crate::connections::{DatabaseFault, Retirement};
 use crate::error::{LedgerError, LedgerResult};
 use crate::status::RunStatus;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -20,6 +21,8 @@ pub struct LedgerConfig {
     pub cleanup_max_batch: i64,
     /// `dispatch.lease`: a leased outbox row is taken again after this long (§6.3).
     pub dispatch_lease: std::time::Duration,
+    /// `database.pool_max_lifetime`: no pooled connection is used after this age.
+    pub pool_max_lifetime: std::time::Duration,
 }
 
 impl Default for LedgerConfig {
@@ -30,6 +33,7 @@ impl Default for LedgerConfig {
             thresholds: Default::default(),
             cleanup_max_batch: 200,
             dispatch_lease: std::time::Duration::from_secs(60),
+            pool_max_lifetime: std::time::Duration::from_secs(600),
         }
     }
 }
@@ -44,14 +48,20 @@ pub struct Ledger {
     pub(crate) pool: PgPool,
     pub(crate) config: LedgerConfig,
     pub(crate) lock_wait: Option<std::sync::Arc<dyn LockWaitObserver>>,
+    pub(crate) retirement: Retirement,
 }
 
 impl Ledger {
     pub fn new(pool: PgPool, config: LedgerConfig) -> Self {
+        Self::with_retirement(pool, config, Retirement::default())
+    }
+
+    fn with_retirement(pool: PgPool, config: LedgerConfig, retirement: Retirement) -> Self {
         Ledger {
             pool,
             config,
             lock_wait: None,
+            retirement,
         }
     }
 
@@ -67,8 +77,10 @@ impl Ledger {
         overflow: u32,
         config: LedgerConfig,
     ) -> LedgerResult<Self> {
-        let (options, connect) = Self::pool_options(url, size, overflow)?;
-        Ok(Ledger::new(options.connect_with(connect).await?, config))
+        let retirement = Retirement::default();
+        let (options, connect) = Self::pool_options(url, size, overflow, &config, &retirement)?;
+        let pool = options.connect_with(connect).await?;
+        Ok(Ledger::with_retirement(pool, config, retirement))
     }
 
     /// The same pool, connecting in the background: a database that is not there yet (a process
@@ -80,22 +92,80 @@ impl Ledger {
         overflow: u32,
         config: LedgerConfig,
     ) -> LedgerResult<Self> {
-        let (options, connect) = Self::pool_options(url, size, overflow)?;
-        Ok(Ledger::new(options.connect_lazy_with(connect), config))
+        let retirement = Retirement::default();
+        let (options, connect) = Self::pool_options(url, size, overflow, &config, &retirement)?;
+        let pool = options.connect_lazy_with(connect);
+        Ok(Ledger::with_retirement(pool, config, retirement))
     }
 
+    /// A retired or too old connection is closed when acquired or released. (A new connection is
+    /// not tested for writes: sqlx would retry such a refusal until `acquire_timeout`, so every
+    /// request would wait 10 s for its 503; a write refused on it retires it at once instead.)
     fn pool_options(
         url: &str,
         size: u32,
         overflow: u32,
+        config: &LedgerConfig,
+        retirement: &Retirement,
     ) -> LedgerResult<(PgPoolOptions, PgConnectOptions)> {
         let connect = PgConnectOptions::from_str(url)?.application_name("load-control");
+        let on_acquire = retirement.clone();
+        let on_release = retirement.clone();
         let options = PgPoolOptions::new()
             .min_connections(size.min(2))
             .max_connections(size + overflow)
             .acquire_timeout(Duration::from_secs(10))
-            .idle_timeout(Duration::from_secs(60));
+            .idle_timeout(Duration::from_secs(60))
+            .max_lifetime(config.pool_max_lifetime)
+            .before_acquire(move |_, meta| {
+                let keep = !on_acquire.is_retired(meta.age);
+                Box::pin(async move { Ok(keep) })
+            })
+            .after_release(move |_, meta| {
+                let keep = !on_release.is_retired(meta.age);
+                Box::pin(async move { Ok(keep) })
+            });
         Ok((options, connect))
+    }
+
+    /// Retires the pool's connections when `e` says their server cannot take writes now.
+    pub(crate) fn observe_error(&self, e: &LedgerError) {
+        if let LedgerError::Database(db) = e {
+            let fault = DatabaseFault::of(db);
+            if fault.retires_connections() {
+                self.retirement.retire_all(fault);
+            }
+        }
+    }
+
+    /// Connections closed because their server could not take writes (a metric).
+    pub fn connections_retired(&self) -> u64 {
+        self.retirement.retired_total()
+    }
+
+    /// Readiness (§4.23, **[v1-ext]** "can write"): one transaction that is given a transaction id
+    /// and commits, so it waits for a synchronous standby exactly as a real write would, and fails
+    /// on a read-only server or one in recovery. Writes no row. The caller bounds it in time.
+    pub async fn write_check(&self) -> LedgerResult<()> {
+        let outcome: LedgerResult<()> = async {
+            let mut tx = self.pool.begin().await?;
+            if let Some(why) = server_takes_writes(&mut tx).await? {
+                return Err(LedgerError::Unwritable(why));
+            }
+            sqlx::query("SELECT pg_current_xact_id()")
+                .execute(&mut *tx)
+                .await?;
+            tx.commit().await?;
+            Ok(())
+        }
+        .await;
+        if let Err(e) = &outcome {
+            self.observe_error(e);
+            if matches!(e, LedgerError::Unwritable(_)) {
+                self.retirement.retire_all(DatabaseFault::ReadOnly);
+            }
+        }
+        outcome
     }
 
     pub fn config(&self) -> &LedgerConfig {
@@ -115,6 +185,21 @@ impl Ledger {
     pub(crate) fn backoff(attempt: u32) -> Duration {
         Duration::from_millis(50 << (attempt - 1).min(6))
     }
+}
+
+/// `None` when the server behind `conn` takes writes, else what it is (a standby, read-only).
+async fn server_takes_writes(conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
+    let (recovery, read_only): (bool, String) =
+        sqlx::query_as("SELECT pg_is_in_recovery(), current_setting('transaction_read_only')")
+            .fetch_one(&mut *conn)
+            .await?;
+    Ok(if recovery {
+        Some("is a standby in recovery".to_string())
+    } else if read_only == "on" {
+        Some("is read-only".to_string())
+    } else {
+        None
+    })
 }
 
 /// Runs `$body` (an expression using `$conn: &mut PgConnection`) in one READ COMMITTED transaction:
@@ -142,7 +227,11 @@ macro_rules! transaction {
                     tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
                     tokio::time::sleep($crate::store::Ledger::backoff(attempt)).await;
                 }
-                other => break other,
+                Err(e) => {
+                    ledger.observe_error(&e);
+                    break Err(e);
+                }
+                ok => break ok,
             }
         }
     }};

@@ -378,7 +378,7 @@ struct HealthState {
 pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// `/healthz` (liveness: fails only when a restart is the cure, see [`Health`]), `/readyz`
-/// (database reachable; leadership not required) and `/metrics` (§9.3).
+/// (the database takes a write; leadership not required) and `/metrics` (§9.3).
 pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> Router {
     Router::new()
         .route(
@@ -408,13 +408,17 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
 }
 
 async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
-    match tokio::time::timeout(Duration::from_secs(2), s.ledger.ping()).await {
+    match tokio::time::timeout(Duration::from_secs(2), s.ledger.write_check()).await {
         Ok(Ok(())) => (
             StatusCode::OK,
             axum::Json(serde_json::json!({"status": "ok"})),
         ),
-        _ => {
-            tracing::warn!(event = "readyz_failed", "database unreachable");
+        outcome => {
+            let cause = match outcome {
+                Ok(Err(e)) => e.to_string(),
+                _ => "no write committed within 2s".to_string(),
+            };
+            tracing::warn!(event = "readyz_failed", cause = %cause, "the database cannot take writes");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(serde_json::json!({"status": "unavailable"})),

@@ -1,0 +1,99 @@
+//! Issue 21 items 2 and 3 against a real PostgreSQL: a pooled connection whose server cannot take
+//! writes is retired after its first refusal (the pool reconnects through the service address), a
+//! new connection to such a server is not kept, and the readiness check is a write.
+use ledger::{LedgerConfig, LedgerError, NewRun};
+use sqlx::Connection;
+use testkit::TestDb;
+
+fn new_run(bk: &str) -> NewRun {
+    NewRun {
+        job_key: "JOB".into(),
+        business_key: bk.into(),
+        hdfs_root: "/data".into(),
+        stage_table_prefix: "t_".into(),
+        allow_empty_source: false,
+        parameters: Default::default(),
+    }
+}
+
+fn is_read_only(e: &LedgerError) -> bool {
+    matches!(e, LedgerError::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25006"))
+}
+
+/// A Kubernetes Service keeps established connections when its endpoints move to another server;
+/// here the pool's only connection is made read-only, as if its server had become a standby.
+#[tokio::test]
+async fn a_connection_to_a_server_that_cannot_write_is_retired_after_one_refusal() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(1, LedgerConfig::default()).await;
+    ledger.create_run(&new_run("before")).await.unwrap();
+    {
+        let mut conn = ledger.pool().acquire().await.unwrap();
+        sqlx::query("SET SESSION default_transaction_read_only = on")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
+    let refused = ledger.create_run(&new_run("refused")).await.unwrap_err();
+    assert!(is_read_only(&refused), "{refused:?}");
+    // Without retirement the pool would hand out the same connection again, and every write
+    // would keep failing for as long as traffic keeps it busy.
+    ledger
+        .create_run(&new_run("after"))
+        .await
+        .expect("the next write reconnects");
+    assert_eq!(ledger.connections_retired(), 1);
+    let mut conn = db.conn().await;
+    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(runs, 2, "the refused write wrote nothing");
+}
+
+/// The address still points at a read-only server: writes are refused at once (no wait for a
+/// pool timeout), readiness fails with the reason, and both recover by themselves once the server
+/// takes writes.
+#[tokio::test]
+async fn a_read_only_server_is_not_ready_and_not_kept_in_the_pool() {
+    let db = TestDb::fresh().await;
+    let mut admin = db.conn().await;
+    let read_only = |on: bool| {
+        format!(
+            "ALTER DATABASE \"{}\" {}",
+            db.name,
+            if on {
+                "SET default_transaction_read_only = on"
+            } else {
+                "RESET default_transaction_read_only"
+            }
+        )
+    };
+    sqlx::query(sqlx::AssertSqlSafe(read_only(true)))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let ledger =
+        ledger::Ledger::connect_lazy(&db.url, 2, 0, LedgerConfig::default()).expect("a valid URL");
+    match ledger.write_check().await {
+        Err(e) => assert!(
+            e.to_string().contains("read-only"),
+            "the reason is named: {e}"
+        ),
+        Ok(()) => panic!("a read-only server is not ready"),
+    }
+    let t = std::time::Instant::now();
+    let refused = ledger.create_run(&new_run("refused")).await.unwrap_err();
+    assert!(is_read_only(&refused), "{refused:?}");
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(5),
+        "refused at once"
+    );
+    sqlx::query(sqlx::AssertSqlSafe(read_only(false)))
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    ledger.write_check().await.expect("ready again");
+    ledger.create_run(&new_run("after")).await.unwrap();
+    admin.close().await.unwrap();
+}
