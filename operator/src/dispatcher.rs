@@ -128,11 +128,7 @@ impl Dispatcher {
                 return;
             }
         };
-        match self
-            .ledger
-            .record_dispatch_outcome(fence, d, &outcome, &settings)
-            .await
-        {
+        match self.record(fence, d, &outcome, &settings).await {
             Ok(recorded) => {
                 let result = match recorded {
                     Recorded::Sent => "sent",
@@ -159,6 +155,35 @@ impl Dispatcher {
             }
             Err(e) => {
                 tracing::error!(event = "dispatch_record_error", dispatch_id = %d.dispatch_id, error = %e, "recording the outcome failed; the lease will expire")
+            }
+        }
+    }
+
+    /// Records the outcome, retrying while the database is away (a restart, a failover) for as
+    /// long as the lease lasts: the row is then settled seconds after the database is back, not a
+    /// whole `dispatch.lease` later. A refusal of the epoch ends it at once.
+    async fn record(
+        &self,
+        fence: &Fence,
+        d: &LeasedDispatch,
+        outcome: &SendOutcome,
+        settings: &ledger::settings::Thresholds,
+    ) -> ledger::LedgerResult<Recorded> {
+        let give_up = tokio::time::Instant::now() + self.ledger.config().dispatch_lease;
+        let mut pause = Duration::from_millis(200);
+        loop {
+            match self
+                .ledger
+                .record_dispatch_outcome(fence, d, outcome, settings)
+                .await
+            {
+                Err(LedgerError::Database(e)) if tokio::time::Instant::now() + pause < give_up => {
+                    tracing::warn!(event = "dispatch_record_retry", dispatch_id = %d.dispatch_id, error = %e,
+                        "cannot record the outcome yet (database unavailable); retrying");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_secs(2));
+                }
+                other => return other,
             }
         }
     }

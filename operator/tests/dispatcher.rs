@@ -226,6 +226,78 @@ async fn a_sender_lost_after_the_lease_is_retaken_and_the_duplicate_is_absorbed(
     assert!(first.started && !second.started);
 }
 
+/// Issue 21 item 4: a row leased by a leader that lost its epoch (crashed, deposed, or cut off
+/// from the database while sending) is free for the next epoch at once, not after
+/// `dispatch.lease`; within one epoch the lease still holds, and a recorded retry's backoff is
+/// honoured across a change of leader.
+#[tokio::test]
+async fn a_lease_of_a_lost_epoch_is_free_at_once() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.validated("K").await;
+    let old = env.fence().await;
+    assert_eq!(
+        env.ledger.lease_dispatches(&old, 20).await.unwrap().len(),
+        1
+    );
+    assert!(
+        env.ledger
+            .lease_dispatches(&old, 20)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the same epoch waits for its own lease"
+    );
+    let new = env.ledger.acquire_epoch("next-leader").await.unwrap();
+    let retaken = env.ledger.lease_dispatches(&new, 20).await.unwrap();
+    assert_eq!(
+        retaken.len(),
+        1,
+        "the lost epoch's lease (60 s) is not waited out"
+    );
+    assert_eq!(retaken[0].attempt_count, 2);
+    assert!(
+        env.ledger
+            .lease_dispatches(&new, 20)
+            .await
+            .unwrap()
+            .is_empty(),
+        "and now it is the new epoch's lease"
+    );
+    // A retry recorded by the new epoch keeps its backoff when leadership moves again.
+    let settings = env.ledger.config().thresholds.clone();
+    let recorded = env
+        .ledger
+        .record_dispatch_outcome(
+            &new,
+            &retaken[0],
+            &ledger::SendOutcome::Retryable {
+                http_status: Some(503),
+                error: "busy".into(),
+            },
+            &settings,
+        )
+        .await
+        .unwrap();
+    assert_eq!(recorded, Recorded::Retry);
+    let third = env.ledger.acquire_epoch("third-leader").await.unwrap();
+    assert!(
+        env.ledger
+            .lease_dispatches(&third, 20)
+            .await
+            .unwrap()
+            .is_empty(),
+        "a row in backoff is not a lease"
+    );
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND leased_epoch IS NULL",
+            run
+        )
+        .await,
+        1
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn two_dispatchers_send_every_row_once() {
     let receiver = Receiver::start(&[(202, 5)]).await;

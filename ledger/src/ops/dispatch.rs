@@ -96,7 +96,8 @@ pub fn backoff(attempt: i32, min: Duration, max: Duration) -> Duration {
 }
 
 impl Ledger {
-    /// Leases up to `batch` due PENDING rows for `dispatch.lease` (§6.3).
+    /// Leases up to `batch` due PENDING rows for `dispatch.lease` (§6.3). **[v1-ext]** A row leased
+    /// by an earlier epoch is due at once: its leader is deposed and can record nothing.
     pub async fn lease_dispatches(
         &self,
         fence: &Fence,
@@ -107,16 +108,19 @@ impl Ledger {
             check_fence(conn, fence).await?;
             Ok(sqlx::query_as(
                 "UPDATE nifi_ops.load_dispatch d \
-                    SET attempt_count = d.attempt_count + 1, next_attempt_at = clock_timestamp() + make_interval(secs => $2) \
+                    SET attempt_count = d.attempt_count + 1, next_attempt_at = clock_timestamp() + make_interval(secs => $2), \
+                        leased_epoch = $3 \
                    FROM nifi_ops.load_run r \
                   WHERE d.dispatch_id IN (SELECT dispatch_id FROM nifi_ops.load_dispatch \
-                                           WHERE status = 'PENDING' AND next_attempt_at <= clock_timestamp() \
+                                           WHERE status = 'PENDING' \
+                                             AND (next_attempt_at <= clock_timestamp() OR leased_epoch < $3) \
                                            ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
                     AND r.run_id = d.run_id \
                 RETURNING d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key",
             )
             .bind(batch)
             .bind(lease)
+            .bind(fence.epoch)
             .fetch_all(&mut *conn)
             .await?)
         })
@@ -214,21 +218,21 @@ impl Ledger {
             let error = error.map(|e| cut(&e, 2000));
             let changed = match target {
                 "SENT" => sqlx::query(
-                    "UPDATE nifi_ops.load_dispatch SET status = 'SENT', sent_at = clock_timestamp(), last_http_status = $2, last_error = NULL \
+                    "UPDATE nifi_ops.load_dispatch SET status = 'SENT', sent_at = clock_timestamp(), leased_epoch = NULL, last_http_status = $2, last_error = NULL \
                       WHERE dispatch_id = $1 AND status = 'PENDING'",
                 )
                 .bind(d.dispatch_id)
                 .bind(http_status),
                 "RETRY" => sqlx::query(
                     "UPDATE nifi_ops.load_dispatch SET next_attempt_at = clock_timestamp() + make_interval(secs => $4), \
-                        last_http_status = $2, last_error = $3 WHERE dispatch_id = $1 AND status = 'PENDING'",
+                        leased_epoch = NULL, last_http_status = $2, last_error = $3 WHERE dispatch_id = $1 AND status = 'PENDING'",
                 )
                 .bind(d.dispatch_id)
                 .bind(http_status)
                 .bind(&error)
                 .bind(backoff(d.attempt_count, settings.backoff_min, settings.backoff_max).as_secs_f64()),
                 _ => sqlx::query(
-                    "UPDATE nifi_ops.load_dispatch SET status = 'DEAD', last_http_status = $2, last_error = $3 \
+                    "UPDATE nifi_ops.load_dispatch SET status = 'DEAD', leased_epoch = NULL, last_http_status = $2, last_error = $3 \
                       WHERE dispatch_id = $1 AND status = 'PENDING'",
                 )
                 .bind(d.dispatch_id)
