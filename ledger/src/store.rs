@@ -143,16 +143,18 @@ impl Ledger {
         self.retirement.retired_total()
     }
 
-    /// Readiness (§4.23, **[v1-ext]** "can write"): one transaction that is given a transaction id
-    /// and commits, so it waits for a synchronous standby exactly as a real write would, and fails
-    /// on a read-only server or one in recovery. Writes no row. The caller bounds it in time.
+    /// Readiness (§4.23, **[v1-ext]** "can write"): one transaction that writes a WAL record and
+    /// commits, so it waits for a synchronous standby exactly as a real write would, and fails
+    /// on a read-only server or one in recovery. Writes no row: the record is a transactional
+    /// logical-decoding message (a transaction id alone writes no WAL, and PostgreSQL does not
+    /// make such a commit wait for a standby). The caller bounds it in time.
     pub async fn write_check(&self) -> LedgerResult<()> {
         let outcome: LedgerResult<()> = async {
             let mut tx = self.pool.begin().await?;
             if let Some(why) = server_takes_writes(&mut tx).await? {
                 return Err(LedgerError::Unwritable(why));
             }
-            sqlx::query("SELECT pg_current_xact_id()")
+            sqlx::query("SELECT pg_logical_emit_message(true, 'load-control-readyz', '')")
                 .execute(&mut *tx)
                 .await?;
             tx.commit().await?;

@@ -186,3 +186,61 @@ pub async fn check(conn: &mut PgConnection, scope: &Scope) -> sqlx::Result<Repor
     report.by_status = counts.into_iter().collect();
     Ok(report)
 }
+
+/// Effects nifi-sim was told of (its summary's `acknowledged`) that the ledger does not have: each
+/// one a lost acknowledged write (e.g. a failover onto a standby that had not received it).
+pub async fn lost_acknowledgements(
+    conn: &mut PgConnection,
+    acknowledged: &[serde_json::Value],
+) -> sqlx::Result<Vec<String>> {
+    let mut lost = vec![];
+    for a in acknowledged {
+        let run = a["runId"]
+            .as_str()
+            .and_then(|r| uuid::Uuid::parse_str(r).ok());
+        let Some(run) = run else {
+            lost.push(format!("unreadable acknowledgement {a}"));
+            continue;
+        };
+        let status: Option<(String,)> =
+            sqlx::query_as("SELECT status FROM nifi_ops.load_run WHERE run_id = $1")
+                .bind(run)
+                .fetch_optional(&mut *conn)
+                .await?;
+        let status = status.map(|s| s.0);
+        let kept = match (a["kind"].as_str().unwrap_or(""), status.as_deref()) {
+            (_, None) => false,
+            ("created", Some(_)) => true,
+            ("chunk", Some(_)) => {
+                let (n,): (i64,) = sqlx::query_as(
+                    "SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3",
+                )
+                .bind(run)
+                .bind(a["partitionId"].as_str().unwrap_or(""))
+                .bind(a["chunkIndex"].as_i64().unwrap_or(-1) as i32)
+                .fetch_one(&mut *conn)
+                .await?;
+                n == 1
+            }
+            ("stage_validated", Some(s)) => !matches!(
+                s,
+                "CREATED" | "EXTRACTING" | "EXTRACTED_VALIDATED" | "STAGE_VALIDATING"
+            ),
+            ("publish_claimed", Some(s)) => matches!(
+                s,
+                "PUBLISHING"
+                    | "PUBLISHED"
+                    | "SUCCESS"
+                    | "FAILED_PUBLISH"
+                    | "PUBLISH_UNKNOWN"
+                    | "FAILED_TARGET_VALIDATION"
+            ),
+            ("final", Some(s)) => a["status"].as_str() == Some(s),
+            _ => false,
+        };
+        if !kept {
+            lost.push(format!("{a} (ledger: {status:?})"));
+        }
+    }
+    Ok(lost)
+}

@@ -5,4 +5,5 @@ pub mod check;
 pub mod nifi;
 pub mod node;
 pub mod release;
+pub mod replicated;
 pub mod standalone;

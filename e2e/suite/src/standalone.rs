@@ -37,8 +37,8 @@ pub fn free_port() -> u16 {
 
 /// A private PostgreSQL (scripts/pg-up with its own data directory and port).
 pub struct PgServer {
-    dir: PathBuf,
-    port: u16,
+    pub(crate) dir: PathBuf,
+    pub(crate) port: u16,
     durable: bool,
     options: String,
     pub admin_url: String,
@@ -53,24 +53,28 @@ impl PgServer {
     /// `durable`: PostgreSQL's durable defaults (fsync, synchronous_commit), for benchmarks.
     /// `options`: more server options (`-c name=value …`).
     pub fn start_with(name: &str, durable: bool, options: &str) -> anyhow::Result<PgServer> {
+        let mut pg = PgServer::unstarted(name, durable, options)?;
+        pg.admin_url = pg.up()?;
+        Ok(pg)
+    }
+
+    /// A data directory and a port, nothing initialized or started yet.
+    pub(crate) fn unstarted(name: &str, durable: bool, options: &str) -> anyhow::Result<PgServer> {
         let dir = std::env::temp_dir().join(format!(
             "lc-{name}-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
         ));
         std::fs::create_dir_all(&dir)?;
-        let port = free_port();
-        let mut pg = PgServer {
+        Ok(PgServer {
             dir,
-            port,
+            port: free_port(),
             durable,
             options: options.to_string(),
             admin_url: String::new(),
-        };
-        pg.admin_url = pg.up()?;
-        Ok(pg)
+        })
     }
 
-    fn script(&self, script: &str, args: &[&str]) -> anyhow::Result<String> {
+    pub(crate) fn script(&self, script: &str, args: &[&str]) -> anyhow::Result<String> {
         let out = Command::new(repo().join("scripts").join(script))
             .args(args)
             .env("LC_PGDATA", &self.dir)
@@ -85,7 +89,7 @@ impl PgServer {
         Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
     }
 
-    fn up(&self) -> anyhow::Result<String> {
+    pub(crate) fn up(&self) -> anyhow::Result<String> {
         self.script("pg-up", &[])
     }
 
@@ -261,7 +265,9 @@ pub const NIFI_TOKEN: &str = "standalone-nifi-token";
 /// operators (leader and standby), configured for fast recovery (REISSUE mode, stale 4 s,
 /// sweeper every second, short dispatch lease and backoff) so faults resolve within seconds.
 pub struct System {
-    pub pg: PgServer,
+    /// The private PostgreSQL the system was started with (None: a database given by the caller,
+    /// e.g. a replicated pair behind a moving address).
+    pub pg: Option<PgServer>,
     pub db_url: String,
     pub api: Service,
     pub ops: [Service; 2],
@@ -276,6 +282,17 @@ impl System {
     pub async fn start(name: &str) -> anyhow::Result<System> {
         let pg = PgServer::start(name)?;
         let db_url = pg.create_db(name)?;
+        System::start_on(name, db_url, Some(pg), "").await
+    }
+
+    /// The same system on the database at `db_url`; `database` adds keys to the `database:`
+    /// section of the configuration (`, pool_max_lifetime: 30s`).
+    pub async fn start_on(
+        name: &str,
+        db_url: String,
+        pg: Option<PgServer>,
+        database: &str,
+    ) -> anyhow::Result<System> {
         let logs = std::env::temp_dir().join(format!(
             "lc-{name}-logs-{}",
             &uuid::Uuid::new_v4().simple().to_string()[..8]
@@ -289,7 +306,7 @@ impl System {
             &config,
             format!(
                 "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
-             database: {{url: \"{db_url}\", pool_size: 8}}\n\
+             database: {{url: \"{db_url}\", pool_size: 8{database}}}\n\
              auth: {{tokens: [{{name: sim-nifi, role: nifi, sha256: {digest}}}]}}\n\
              nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}/pg05\", timeout_seconds: 2}}\n\
              recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
@@ -370,6 +387,22 @@ impl System {
             .await
             .ok()?;
         holder.split(':').nth(1)?.split('-').next()?.parse().ok()
+    }
+
+    /// Whether the api-server and both operators still run as the processes started first
+    /// (none exited, none was restarted).
+    pub fn all_alive_since_start(&mut self) -> Result<(), String> {
+        for s in std::iter::once(&mut self.api).chain(self.ops.iter_mut()) {
+            if s.starts != 1 {
+                return Err(format!("{} was started {} times", s.name, s.starts));
+            }
+            if let Some(c) = s.child.as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                return Err(format!("{} exited ({status}):\n{}", s.name, s.log_tail(20)));
+            }
+        }
+        Ok(())
     }
 
     /// Stops every process cleanly and removes the logs (kept when a test panics first).

@@ -80,7 +80,7 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
             o.start().unwrap(); // back as the standby
         }
         if pg_restarts == 0 && t >= Duration::from_secs(5) {
-            let away = sys.pg.restart().unwrap();
+            let away = sys.pg.as_ref().expect("own PostgreSQL").restart().unwrap();
             eprintln!(
                 "chaos: PostgreSQL restarted ({:.1}s away)",
                 away.as_secs_f64()

@@ -69,6 +69,10 @@ struct RunArgs {
     /// Seconds one run may take to reach a final state.
     #[arg(long, default_value_t = 120)]
     run_timeout: u64,
+    /// PG-90's retry budget in seconds: a call whose five NiFi retries ran out is sent again
+    /// every 2 s for this long, then reported as the stage's failure (docs/nifi.md).
+    #[arg(long, default_value_t = 120)]
+    pg90_budget: u64,
     /// Fraction of POSTs delivered twice at once.
     #[arg(long, default_value_t = 0.0)]
     duplicate: f64,
@@ -123,6 +127,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         nodes: a.nodes,
         run_timeout: Duration::from_secs(a.run_timeout),
         publish_unknown_runs: a.publish_unknown_runs,
+        pg90_budget: Duration::from_secs(a.pg90_budget),
         ..Plan::default()
     };
     if let Some(p) = a.business_key_prefix {

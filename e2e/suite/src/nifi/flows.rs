@@ -29,6 +29,9 @@ pub struct Plan {
     pub run_timeout: Duration,
     /// This many runs (the first ones) report PUBLISH_UNKNOWN, besides the random fault.
     pub publish_unknown_runs: usize,
+    /// PG-90's own retry budget for a call whose NiFi retries ran out (docs/nifi.md): it is sent
+    /// again every 2 s for this long before the flow reports the failure instead.
+    pub pg90_budget: Duration,
 }
 
 impl Default for Plan {
@@ -45,6 +48,7 @@ impl Default for Plan {
             hdfs_root: "/data/nifi/stage/".into(),
             run_timeout: Duration::from_secs(120),
             publish_unknown_runs: 0,
+            pg90_budget: Duration::from_secs(120),
         }
     }
 }
@@ -68,6 +72,13 @@ pub struct Summary {
     pub requests: u64,
     /// Attempts that failed as NiFi saw them (5xx by status, or "transport"), retried or not.
     pub failed_attempts: BTreeMap<String, u64>,
+    /// Every effect load-control acknowledged to this flow (created, chunk accepted, stage
+    /// validated, publish claimed, final status seen): `e2e::check::acknowledged` finds each one
+    /// in the ledger afterwards, or reports it lost.
+    pub acknowledged: Vec<Value>,
+    /// Calls PG-90 sent again after NiFi's retries ran out, and how many of them got an answer.
+    pub pg90_resent: u64,
+    pub pg90_answered: u64,
     pub wall_seconds: f64,
 }
 
@@ -85,6 +96,9 @@ struct Shared {
     plan: Plan,
     anomalies: Mutex<Vec<String>>,
     gave_up: Mutex<Vec<String>>,
+    acknowledged: Mutex<Vec<Value>>,
+    pg90_resent: AtomicUsize,
+    pg90_answered: AtomicUsize,
     /// Owners that crashed mid-partition: (run, partition) → their claim token.
     crashed: Mutex<HashMap<(Uuid, String), Uuid>>,
     publish_unknown_left: AtomicUsize,
@@ -107,6 +121,65 @@ impl Shared {
                 self.gave_up.lock().unwrap().push(e);
                 None
             }
+        }
+    }
+
+    fn ack(&self, what: Value) {
+        self.acknowledged.lock().unwrap().push(what);
+    }
+
+    /// PG-90's retry budget: a call whose NiFi retries ran out (an outage longer than about
+    /// 7.5 s) is sent again, same body, every 2 s for `plan.pg90_budget`. Every call of this API
+    /// is safe to replay (docs/nifi.md). None when the budget ran out too.
+    async fn resend(&self, path: &str, body: Value) -> Option<Answer> {
+        self.pg90_resent.fetch_add(1, Ordering::Relaxed);
+        let deadline = Instant::now() + self.plan.pg90_budget;
+        while Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            if let Ok(a) = self.api.post(path, body.clone()).await {
+                self.pg90_answered.fetch_add(1, Ordering::Relaxed);
+                return Some(a);
+            }
+        }
+        tracing::warn!(
+            event = "sim_pg90_gave_up",
+            path,
+            "PG-90's retry budget ran out too"
+        );
+        None
+    }
+
+    /// A call, and PG-90's resend when NiFi's retries ran out.
+    async fn post_or_resend(&self, path: &str, body: Value) -> Option<Answer> {
+        match self.post(path, body.clone()).await {
+            Some(a) => Some(a),
+            None => self.resend(path, body).await,
+        }
+    }
+
+    /// PG-90 for EXTRACT/CHUNK_WRITE: the partition's final failure, with the claim's token. When
+    /// the claim itself never landed (409: not this token's), the run is failed instead, so that
+    /// nothing waits for `recovery.stale`.
+    async fn fail_partition(&self, run: Uuid, pid: &str, token: Uuid, stage: &str) {
+        let body = json!({"claimToken": token, "errorStage": stage, "errorClass": "NIFI",
+                          "errorCode": "NIFI_RETRIES_EXHAUSTED", "message": "NiFi gave up after its retries"});
+        match self
+            .post_or_resend(&format!("/v1/runs/{run}/partitions/{pid}/fail"), body)
+            .await
+        {
+            Some(a) if a.ok() => {}
+            Some(a) if a.status == 409 && a.code() == "CLAIM_MISMATCH" && stage == "EXTRACT" => {
+                self.fail_run(run, "EXTRACTING", "FAILED_EXTRACT", stage)
+                    .await
+            }
+            // 409 otherwise: reissued to another owner, or the run moved on; nothing to do.
+            Some(a) if a.status == 409 => {}
+            Some(a) => self.anomaly(format!(
+                "PG-90 partition fail {run}/{pid}: {} {}",
+                a.status, a.body
+            )),
+            None => {}
         }
     }
 
@@ -192,6 +265,9 @@ impl Simulation {
             plan,
             anomalies: Mutex::default(),
             gave_up: Mutex::default(),
+            acknowledged: Mutex::default(),
+            pg90_resent: AtomicUsize::new(0),
+            pg90_answered: AtomicUsize::new(0),
             crashed: Mutex::default(),
             requests: AtomicUsize::new(0),
             work: wtx,
@@ -279,6 +355,9 @@ impl Simulation {
             faults_injected: sh.faults.injected(),
             anomalies: sh.anomalies.lock().unwrap().clone(),
             gave_up: sh.gave_up.lock().unwrap().clone(),
+            acknowledged: sh.acknowledged.lock().unwrap().clone(),
+            pg90_resent: sh.pg90_resent.load(Ordering::Relaxed) as u64,
+            pg90_answered: sh.pg90_answered.load(Ordering::Relaxed) as u64,
             receiver,
             requests: sh.requests.load(Ordering::Relaxed) as u64,
             failed_attempts: sh.api.failed_attempts.lock().unwrap().clone(),
@@ -344,6 +423,7 @@ async fn wait_final(sh: &Shared, run_id: Uuid) -> Option<String> {
         if let Ok(a) = sh.api.get(&format!("/v1/runs/{run_id}")).await {
             let status = a.str("status").to_string();
             if FINAL.contains(&status.as_str()) {
+                sh.ack(json!({"kind": "final", "runId": run_id, "status": status}));
                 return Some(status);
             }
         }
@@ -358,9 +438,10 @@ async fn create_run(sh: &Shared, business_key: &str) -> Option<(Uuid, String)> {
     let body = json!({"jobKey": plan.job_key, "businessKey": business_key, "hdfsRoot": plan.hdfs_root,
                       "stageTablePrefix": "tmp_sim_", "allowEmptySource": false,
                       "parameters": {"trigger": "nifi-sim"}});
-    let created = sh.post("/v1/runs", body).await?;
+    let created = sh.post_or_resend("/v1/runs", body).await?;
     if created.ok() {
         let run_id = Uuid::parse_str(created.str("runId")).ok()?;
+        sh.ack(json!({"kind": "created", "runId": run_id}));
         return Some((run_id, created.str("hdfsRunPath").to_string()));
     }
     if created.status == 409 && created.code() == "DUPLICATE_ACTIVE_RUN" {
@@ -370,6 +451,7 @@ async fn create_run(sh: &Shared, business_key: &str) -> Option<(Uuid, String)> {
         );
         let found = sh.api.get(&query).await.ok()?;
         let run_id = Uuid::parse_str(found.body.as_array()?.first()?["runId"].as_str()?).ok()?;
+        sh.ack(json!({"kind": "created", "runId": run_id}));
         let detail = sh.api.get(&format!("/v1/runs/{run_id}")).await.ok()?;
         return Some((run_id, detail.str("hdfsRunPath").to_string()));
     }
@@ -385,14 +467,12 @@ async fn extract_partition(sh: &Shared, node: &str, task: PartitionTask) {
     let (run, pid) = (task.run_id, task.partition_id.clone());
     let token = Uuid::new_v4();
     let base = format!("/v1/runs/{run}/partitions/{pid}");
-    let Some(claim) = sh
-        .post_ok(
-            &format!("{base}/claim"),
-            json!({"claimToken": token, "workerNode": node}),
-        )
-        .await
-    else {
-        return;
+    let claim_body = json!({"claimToken": token, "workerNode": node});
+    let claim = match sh.post(&format!("{base}/claim"), claim_body).await {
+        Some(a) if a.ok() => a,
+        Some(a) => return sh.anomaly(format!("POST {base}/claim: {} {}", a.status, a.body)),
+        // PG-90: EXTRACT failing stage. The claim may have landed without its answer.
+        None => return sh.fail_partition(run, &pid, token, "EXTRACT").await,
     };
     if !claim.flag("claimed") {
         return; // another owner, or the run ended: nothing to do
@@ -431,9 +511,13 @@ async fn extract_partition(sh: &Shared, node: &str, task: PartitionTask) {
             "fragmentIdentifier": format!("f-{token}"),
             "hdfsPath": format!("{}/p={pid}/{}/part-{i:05}.parquet", task.hdfs_run_path, &token.simple().to_string()[..8]),
             "recordCount": rows, "byteCount": rows * 64});
-        let Some(a) = sh.post(&format!("{base}/chunks"), body).await else {
-            return;
+        let Some(a) = sh.post_or_resend(&format!("{base}/chunks"), body).await else {
+            // PG-90: CHUNK_WRITE failing stage, after its own retry budget.
+            return sh.fail_partition(run, &pid, token, "CHUNK_WRITE").await;
         };
+        if a.ok() && a.flag("recorded") {
+            sh.ack(json!({"kind": "chunk", "runId": run, "partitionId": pid, "chunkIndex": i}));
+        }
         if !a.ok() {
             // A run that ended meanwhile (timeout, cancel) refuses nothing here; anything else is wrong.
             sh.anomaly(format!("chunk {i} of {run}/{pid}: {} {}", a.status, a.body));
@@ -506,6 +590,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         sh.anomaly(format!("stage-validated refused {run}: {}", verdict.body));
         return;
     }
+    sh.ack(json!({"kind": "stage_validated", "runId": run}));
     // PG-50. A claim without an answer is left to the sweeper (PUBLISHING → PUBLISH_UNKNOWN
     // after recovery.publish_stale): whether it was taken cannot be known here.
     let token = Uuid::new_v4();
@@ -521,6 +606,7 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
     if !claim.flag("claimed") {
         return;
     }
+    sh.ack(json!({"kind": "publish_claimed", "runId": run}));
     let forced = sh
         .publish_unknown_left
         .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
@@ -537,8 +623,10 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         .await;
         return;
     }
+    // The outcome is known here: PG-90 reports it again rather than leave the run to the
+    // sweeper's PUBLISH_UNKNOWN (a person) after an outage longer than NiFi's retries.
     let Some(published) = sh
-        .post_ok(
+        .post_or_resend(
             &format!("/v1/runs/{run}/publish/result"),
             json!({"publishToken": token, "outcome": "PUBLISHED"}),
         )

@@ -1,0 +1,365 @@
+//! A replicated ledger for the failover suite (issue 21): a primary and a streaming standby
+//! (PostgreSQL from Debian, each a [`PgServer`]), and one address that moves to the current
+//! primary the way a CloudNativePG `-rw` Service (or a Patroni-managed virtual address) does:
+//! new connections go to wherever it points now, established ones stay where they were until the
+//! server behind them goes away ([`Forwarder::cut_established`] is what a dead server does).
+//!
+//! Synchronous replication is `synchronous_standby_names = '*'`. As Patroni and CloudNativePG do
+//! when no standby is left to wait for, a promoted primary runs without a synchronous standby
+//! until the old primary has rejoined (pg_rewind) and streams again.
+use crate::standalone::PgServer;
+use anyhow::{Context, bail};
+use sqlx::Connection;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU16, Ordering};
+use std::time::{Duration, Instant};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::watch;
+
+/// A TCP address on 127.0.0.1 that forwards to a port that can change.
+pub struct Forwarder {
+    pub port: u16,
+    target: Arc<AtomicU16>,
+    cut: watch::Sender<u64>,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Forwarder {
+    pub async fn start(target: u16) -> anyhow::Result<Forwarder> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let target = Arc::new(AtomicU16::new(target));
+        let (cut, _) = watch::channel(0u64);
+        let (t, c) = (target.clone(), cut.clone());
+        let accept = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let to = t.load(Ordering::Acquire);
+                let mut cut = c.subscribe();
+                tokio::spawn(async move {
+                    let Ok(mut server) = TcpStream::connect(("127.0.0.1", to)).await else {
+                        return; // nobody there: the client sees its connection closed
+                    };
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
+                        _ = cut.changed() => {}
+                    }
+                });
+            }
+        });
+        Ok(Forwarder {
+            port,
+            target,
+            cut,
+            accept,
+        })
+    }
+
+    /// New connections go to `port`; established ones are kept (a Service's endpoints moving).
+    pub fn point_at(&self, port: u16) {
+        self.target.store(port, Ordering::Release);
+    }
+
+    /// Closes every connection established so far.
+    pub fn cut_established(&self) {
+        self.cut.send_modify(|g| *g += 1);
+    }
+}
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        self.accept.abort();
+        self.cut_established();
+    }
+}
+
+fn pg_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+    let dir = std::fs::read_dir("/usr/lib/postgresql")
+        .context("PostgreSQL server binaries (/usr/lib/postgresql)")?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .max_by_key(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.parse::<u32>().ok())
+                .unwrap_or(0)
+        })
+        .context("no PostgreSQL version installed")?;
+    Ok(dir.join("bin").join(name))
+}
+
+/// Runs a server binary as the cluster's owner (`postgres` when we are root, as scripts/pg-up).
+fn as_owner(program: &str, args: &[&str]) -> anyhow::Result<()> {
+    let bin = pg_bin(program)?;
+    let root = Command::new("id").arg("-u").output()?.stdout == b"0\n";
+    let out = if root {
+        Command::new("runuser")
+            .args(["-u", "postgres", "--"])
+            .arg(&bin)
+            .args(args)
+            .output()?
+    } else {
+        Command::new(&bin).args(args).output()?
+    };
+    if !out.status.success() {
+        let _ = std::fs::write(
+            std::env::temp_dir().join(format!("lc-{program}-failed.log")),
+            [&out.stdout[..], &out.stderr[..]].concat(),
+        );
+        bail!(
+            "{program} {args:?} failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(())
+}
+
+/// Server options of both nodes. Test data (no fsync), but every commit waits for the standby
+/// as configured, and pg_rewind needs hint bits logged and full page writes.
+const NODE_OPTIONS: &str = "-c synchronous_commit=on -c full_page_writes=on -c wal_log_hints=on \
+    -c wal_keep_size=256MB -c max_wal_senders=10";
+
+impl PgServer {
+    fn admin(&self) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/postgres", self.port)
+    }
+
+    fn data(&self) -> String {
+        self.dir.join("data").display().to_string()
+    }
+
+    fn conninfo(&self) -> String {
+        format!(
+            "host=127.0.0.1 port={} user=postgres dbname=postgres",
+            self.port
+        )
+    }
+
+    pub async fn sql(&self, statement: &str) -> anyhow::Result<()> {
+        let mut c = sqlx::PgConnection::connect(&self.admin()).await?;
+        sqlx::query(sqlx::AssertSqlSafe(statement.to_string()))
+            .execute(&mut c)
+            .await?;
+        Ok(())
+    }
+
+    async fn scalar(&self, query: &str) -> anyhow::Result<i64> {
+        let mut c = sqlx::PgConnection::connect(&self.admin()).await?;
+        let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(query.to_string()))
+            .fetch_one(&mut c)
+            .await?;
+        Ok(n)
+    }
+
+    /// SIGKILL of the postmaster and every backend, as a crashed machine: nothing is flushed or
+    /// handed over, and nothing of it lingers (pg_rewind needs the shared memory free).
+    pub fn kill(&self) -> anyhow::Result<()> {
+        let pid = self.postmaster_pid()?.to_string();
+        Command::new("kill").args(["-STOP", &pid]).status()?;
+        Command::new("pkill").args(["-KILL", "-P", &pid]).status()?;
+        Command::new("kill").args(["-KILL", &pid]).status()?;
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Command::new("pgrep")
+            .args(["-P", &pid])
+            .output()
+            .is_ok_and(|o| !o.stdout.is_empty())
+            || std::path::Path::new(&format!("/proc/{pid}")).exists()
+        {
+            anyhow::ensure!(
+                Instant::now() < deadline,
+                "the killed server's processes linger"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+            anyhow::ensure!(Instant::now() < deadline, "killed server still answers");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    /// A clean fast shutdown (every connection cut, the shutdown checkpoint sent to standbys).
+    pub fn stop(&self) -> anyhow::Result<()> {
+        as_owner("pg_ctl", &["-D", &self.data(), "-m", "fast", "-w", "stop"])
+    }
+
+    /// Starts the server again on its data directory and port.
+    pub fn start_again(&self) -> anyhow::Result<()> {
+        self.up().map(|_| ())
+    }
+}
+
+/// A primary and a streaming standby behind one moving address.
+pub struct ReplicatedPg {
+    pub nodes: [PgServer; 2],
+    primary: usize,
+    pub address: Forwarder,
+    pub synchronous: bool,
+    /// The ledger's database (created on the first primary, replicated).
+    pub db: String,
+}
+
+impl ReplicatedPg {
+    pub async fn start(name: &str, synchronous: bool) -> anyhow::Result<ReplicatedPg> {
+        let a = PgServer::start_with(&format!("{name}-a"), false, NODE_OPTIONS)?;
+        // Also in postgresql.auto.conf (copied to the standby): pg_rewind's crash recovery runs
+        // the server without our command line, and must keep logging hint bits.
+        // Likewise the WAL since the last common checkpoint: its end-of-recovery checkpoint
+        // must not recycle what pg_rewind then reads.
+        a.sql("ALTER SYSTEM SET wal_log_hints = on").await?;
+        a.sql("ALTER SYSTEM SET wal_keep_size = '256MB'").await?;
+        a.create_db(name)?;
+        let b = PgServer::unstarted(&format!("{name}-b"), false, NODE_OPTIONS)?;
+        if Command::new("id").arg("-u").output()?.stdout == b"0\n" {
+            Command::new("chown")
+                .args(["postgres:", &b.dir.display().to_string()])
+                .status()?;
+        }
+        as_owner(
+            "pg_basebackup",
+            &[
+                "-d",
+                &a.conninfo(),
+                "-D",
+                &b.data(),
+                "-R",
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        )?;
+        b.start_again()?;
+        if synchronous {
+            // Only now: a commit before the standby streams would wait for it.
+            a.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                .await?;
+            a.sql("SELECT pg_reload_conf()").await?;
+        }
+        let address = Forwarder::start(a.port).await?;
+        let pair = ReplicatedPg {
+            nodes: [a, b],
+            primary: 0,
+            address,
+            synchronous,
+            db: name.to_string(),
+        };
+        pair.wait_streaming().await?;
+        Ok(pair)
+    }
+
+    /// The ledger's URL, through the moving address.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.address.port, self.db
+        )
+    }
+
+    pub fn primary(&self) -> &PgServer {
+        &self.nodes[self.primary]
+    }
+
+    pub fn standby(&self) -> &PgServer {
+        &self.nodes[1 - self.primary]
+    }
+
+    /// Waits until the primary sees its standby streaming (and, when synchronous, as `sync`).
+    pub async fn wait_streaming(&self) -> anyhow::Result<Duration> {
+        self.wait_replication(self.synchronous).await
+    }
+
+    async fn wait_replication(&self, synchronous: bool) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        let query = if synchronous {
+            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = 'sync'"
+        } else {
+            "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'"
+        };
+        loop {
+            if self.primary().scalar(query).await.unwrap_or(0) == 1 {
+                return Ok(t.elapsed());
+            }
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(60),
+                "the standby does not stream"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Points the address at the standby (new connections only; established ones are kept).
+    pub fn address_to_standby(&self) {
+        self.address.point_at(self.standby().port);
+    }
+
+    /// Points the address back at the primary (established connections are kept).
+    pub fn address_to_primary(&self) {
+        self.address.point_at(self.primary().port);
+    }
+
+    /// Promotes the standby and moves the address to it; the promoted primary does not wait for
+    /// a synchronous standby until one has rejoined.
+    async fn promote_standby(&mut self) -> anyhow::Result<()> {
+        let standby = 1 - self.primary;
+        as_owner(
+            "pg_ctl",
+            &["-D", &self.nodes[standby].data(), "-w", "promote"],
+        )?;
+        self.nodes[standby]
+            .sql("ALTER SYSTEM SET synchronous_standby_names = ''")
+            .await?;
+        self.nodes[standby].sql("SELECT pg_reload_conf()").await?;
+        self.primary = standby;
+        self.address.point_at(self.nodes[standby].port);
+        Ok(())
+    }
+
+    /// Failover: the primary is SIGKILLed, the standby promoted, the address moved. Returns how
+    /// long the address led nowhere.
+    pub async fn failover(&mut self) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.primary().kill()?;
+        self.address.cut_established();
+        self.promote_standby().await?;
+        Ok(t.elapsed())
+    }
+
+    /// Switchover: the primary stops cleanly, the standby is promoted, the address moves, and the
+    /// old primary rejoins as the standby.
+    pub async fn switchover(&mut self) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.primary().stop()?;
+        self.address.cut_established();
+        self.promote_standby().await?;
+        let away = t.elapsed();
+        self.rejoin_old_primary().await?;
+        Ok(away)
+    }
+
+    /// The old primary (crashed or stopped) is rewound onto the new primary's timeline, starts
+    /// as its standby, and synchronous replication is restored.
+    pub async fn rejoin_old_primary(&mut self) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        let (old, new) = (&self.nodes[1 - self.primary], &self.nodes[self.primary]);
+        // A just promoted server's control file names its new timeline only after a checkpoint;
+        // without one pg_rewind sees one timeline and rewinds nothing (its documented caveat).
+        new.sql("CHECKPOINT").await?;
+        as_owner(
+            "pg_rewind",
+            &["-D", &old.data(), "--source-server", &new.conninfo(), "-R"],
+        )?;
+        old.start_again()?;
+        // Synchronous again only once the standby streams: until then every commit would wait.
+        self.wait_replication(false).await?;
+        if self.synchronous {
+            new.sql("ALTER SYSTEM SET synchronous_standby_names = '*'")
+                .await?;
+            new.sql("SELECT pg_reload_conf()").await?;
+        }
+        self.wait_streaming().await?;
+        Ok(t.elapsed())
+    }
+}
