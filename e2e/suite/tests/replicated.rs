@@ -24,13 +24,16 @@ static ONE_CASE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// 5 s timeout, and keeps what each attempt got.
 struct Prober {
     samples: Arc<Mutex<Vec<(Instant, String)>>>,
+    /// `/readyz` every 500 ms: (when, status).
+    readiness: Arc<Mutex<Vec<(Instant, u16)>>>,
     task: tokio::task::JoinHandle<()>,
+    ready_task: tokio::task::JoinHandle<()>,
 }
 
 impl Prober {
     fn start(base: &str) -> Prober {
         let samples: Arc<Mutex<Vec<(Instant, String)>>> = Arc::default();
-        let (s, base) = (samples.clone(), base.to_string());
+        let (s, base, base_ready) = (samples.clone(), base.to_string(), base.to_string());
         let task = tokio::spawn(async move {
             let http = reqwest::Client::builder()
                 .timeout(Duration::from_secs(5))
@@ -56,7 +59,55 @@ impl Prober {
                 tokio::time::sleep(Duration::from_millis(100).saturating_sub(sent.elapsed())).await;
             }
         });
-        Prober { samples, task }
+        let readiness: Arc<Mutex<Vec<(Instant, u16)>>> = Arc::default();
+        let (r, base) = (readiness.clone(), base_ready);
+        let ready_task = tokio::spawn(async move {
+            let http = reqwest::Client::builder()
+                .timeout(Duration::from_secs(4))
+                .build()
+                .unwrap();
+            for _ in 0..4_000u32 {
+                let sent = Instant::now();
+                let status = match http.get(format!("{base}/readyz")).send().await {
+                    Ok(res) => res.status().as_u16(),
+                    Err(_) => 0,
+                };
+                r.lock().unwrap().push((sent, status));
+                tokio::time::sleep(Duration::from_millis(500).saturating_sub(sent.elapsed())).await;
+            }
+        });
+        Prober {
+            samples,
+            readiness,
+            task,
+            ready_task,
+        }
+    }
+
+    /// Readiness samples from `fault` on: (not ready, ready again at the end).
+    fn readiness_after(&self, fault: Instant) -> (usize, bool) {
+        let r = self.readiness.lock().unwrap();
+        let after: Vec<&(Instant, u16)> = r.iter().filter(|(t, _)| *t >= fault).collect();
+        (
+            after.iter().filter(|(_, s)| *s != 200).count(),
+            after.last().is_some_and(|(_, s)| *s == 200),
+        )
+    }
+
+    /// The report, once a write after `recovered` succeeded (at most 60 s later).
+    async fn report_when_recovered(&self, fault: Instant, recovered: Instant) -> Value {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline
+            && !self
+                .samples
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(t, o)| *t >= recovered && o == "200")
+        {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.report(fault, recovered)
     }
 
     /// From `fault` on: seconds between the first failed write and the next success,
@@ -83,14 +134,17 @@ impl Prober {
             .iter()
             .find(|(t, o)| *t >= recovered && o == "200")
             .map(|(t, _)| t.saturating_duration_since(recovered).as_secs_f64());
+        let (not_ready, ready_at_end) = self.readiness_after(fault);
         json!({"probe_writes": after.len(), "unavailable_seconds": unavailable, "errors": errors,
-               "first_write_seconds": first_write, "pool_recovery_seconds": pool_recovery})
+               "first_write_seconds": first_write, "pool_recovery_seconds": pool_recovery,
+               "readyz_failed_samples": not_ready, "readyz_ok_at_end": ready_at_end})
     }
 }
 
 impl Drop for Prober {
     fn drop(&mut self) {
         self.task.abort();
+        self.ready_task.abort();
     }
 }
 
@@ -244,13 +298,13 @@ async fn failover_then_rejoin_then_switchover_back() {
     let rejoin = case.pair.rejoin_old_primary().await.unwrap();
     let summary = sim_summary(sim).await;
     assert_eq!(summary["unfinished"], json!([]), "failover: {summary}");
-    let failover = probe.report(fault, moved);
+    let failover = probe.report_when_recovered(fault, moved).await;
 
     let sim = case.load(8);
     case.load_under_way().await;
     let fault = Instant::now();
     let switched = case.pair.switchover().await.unwrap();
-    let probe_switch = probe.report(fault, fault + switched);
+    let probe_switch = probe.report_when_recovered(fault, fault + switched).await;
     drop(probe);
     case.conclude(
         "failover+switchover",
@@ -289,7 +343,14 @@ async fn a_read_only_address_for_15_seconds() {
     case.pair.address_to_primary();
     let moved = Instant::now();
     // The read-only connections are kept too: only retirement gets the pool off them.
-    let report = probe.report(fault, moved);
+    let report = probe.report_when_recovered(fault, moved).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (not_ready, ready_again) = probe.readiness_after(fault);
+    assert!(
+        not_ready >= 5,
+        "/readyz failed while nothing could be written: {report}"
+    );
+    assert!(ready_again, "/readyz recovered by itself: {report}");
     drop(probe);
     case.conclude(
         "read-only-15s",
@@ -317,7 +378,14 @@ async fn the_synchronous_standby_gone_for_12_seconds() {
     case.pair.standby().start_again().unwrap();
     let back = Instant::now();
     let streaming = case.pair.wait_streaming().await.unwrap();
-    let report = probe.report(fault, back);
+    let report = probe.report_when_recovered(fault, back).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (not_ready, ready_again) = probe.readiness_after(fault);
+    assert!(
+        not_ready >= 5,
+        "/readyz failed while commits waited: {report}"
+    );
+    assert!(ready_again, "/readyz recovered by itself: {report}");
     drop(probe);
     case.conclude(
         "sync-standby-gone-12s",
@@ -342,7 +410,7 @@ async fn asynchronous_failover_is_measured() {
     let fault = Instant::now();
     let away = case.pair.failover().await.unwrap();
     let moved = Instant::now();
-    let report = probe.report(fault, moved);
+    let report = probe.report_when_recovered(fault, moved).await;
     drop(probe);
     let line = case
         .conclude(
