@@ -1177,6 +1177,92 @@ fn the_chart_takes_credentials_from_secrets_only() {
     );
 }
 
+/// A CloudNativePG ledger (issue 21 item 8): the URL from the cluster's `-app` Secret under its
+/// `uri` key, `sslmode=verify-full` and the CA from the `-ca` Secret, in every container that
+/// connects (api-server, operator, migration hook) and in no other. (That the binaries verify
+/// with them is `e2e/suite/tests/database_tls.rs`.)
+#[test]
+fn the_chart_connects_to_a_managed_ledger_with_its_ca() {
+    let rendered = template(
+        kubetest::helm_offline(),
+        "lc",
+        "ns",
+        &[
+            "database.existingSecret=ledger-app",
+            "database.urlKey=uri",
+            "database.tls.sslMode=verify-full",
+            "database.tls.caSecret=ledger-ca",
+        ],
+    );
+    let docs: Vec<serde_yaml::Value> = rendered
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let pod_specs: Vec<&serde_yaml::Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+        .map(|d| &d["spec"]["template"]["spec"])
+        .collect();
+    let mut connecting = vec![];
+    for spec in pod_specs {
+        for c in spec["containers"].as_sequence().unwrap() {
+            let env = c["env"].as_sequence().cloned().unwrap_or_default();
+            let get = |n: &str| env.iter().find(|e| e["name"] == n).cloned();
+            let Some(url) = get("DATABASE_URL") else {
+                continue;
+            };
+            let name = c["name"].as_str().unwrap().to_string();
+            assert_eq!(
+                url["valueFrom"]["secretKeyRef"]["name"], "ledger-app",
+                "{name}"
+            );
+            assert_eq!(url["valueFrom"]["secretKeyRef"]["key"], "uri", "{name}");
+            assert_eq!(get("PGSSLMODE").unwrap()["value"], "verify-full", "{name}");
+            let ca = get("PGSSLROOTCERT").unwrap()["value"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            let mount = c["volumeMounts"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == "database-ca")
+                .unwrap_or_else(|| panic!("{name} mounts the CA"));
+            assert!(
+                ca.starts_with(mount["mountPath"].as_str().unwrap()),
+                "{name}: {ca}"
+            );
+            let volume = spec["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|v| v["name"] == "database-ca")
+                .unwrap();
+            assert_eq!(volume["secret"]["secretName"], "ledger-ca");
+            assert_eq!(volume["secret"]["items"][0]["key"], "ca.crt");
+            connecting.push(name);
+        }
+    }
+    connecting.sort();
+    assert_eq!(connecting, ["api-server", "migrate", "operator"]);
+    // Without TLS values nothing of it is rendered.
+    let plain = template(kubetest::helm_offline(), "lc", "ns", &[]);
+    assert!(!plain.contains("PGSSLROOTCERT") && !plain.contains("database-ca"));
+    // An sslmode libpq does not know fails the install.
+    let mut helm = kubetest::helm_offline();
+    let refused = helm
+        .args([
+            "template",
+            "lc",
+            &chart_dir(),
+            "--set",
+            "database.tls.sslMode=verify",
+        ])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+}
+
 /// NOTES' example LoadJob is one this release manages, for each combination of the values it
 /// depends on: labelled when instanceSelector is on, applied in a watched namespace; its commands
 /// name the release's Lease and the API's scheme.

@@ -45,6 +45,36 @@ app.kubernetes.io/component: server
 - name: DATABASE_URL
   valueFrom:
     secretKeyRef: {name: {{ .Values.database.existingSecret | required "database.existingSecret is required" }}, key: {{ .Values.database.urlKey }}}
+{{- with .Values.database.tls }}
+{{- if .sslMode }}
+- name: PGSSLMODE
+  value: {{ .sslMode | quote }}
+{{- end }}
+{{- if .caSecret }}
+- name: PGSSLROOTCERT
+  value: /etc/load-control/database-ca/ca.crt
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* The database CA (database.tls.caSecret): the volume, and its mount in a container. */}}
+{{- define "load-control.databaseCaVolume" -}}
+{{- with .Values.database.tls }}
+{{- if .caSecret }}
+- name: database-ca
+  secret:
+    secretName: {{ .caSecret }}
+    defaultMode: 0444
+    items:
+      - {key: {{ .caKey }}, path: ca.crt}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "load-control.databaseCaMount" -}}
+{{- if .Values.database.tls.caSecret }}
+- {name: database-ca, mountPath: /etc/load-control/database-ca, readOnly: true}
+{{- end }}
 {{- end -}}
 
 {{- define "load-control.env" -}}
