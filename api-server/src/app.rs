@@ -33,6 +33,8 @@ pub struct Inner {
     pub auth: Authenticator,
     pub config: Config,
     limiter: Option<Arc<Semaphore>>,
+    /// Connection counters of the HTTP edge (`edge.rs`), for `/metrics`.
+    pub edge: Arc<crate::edge::EdgeStats>,
 }
 
 #[derive(Clone)]
@@ -53,6 +55,7 @@ impl AppState {
             auth,
             config,
             limiter,
+            edge: Default::default(),
         }))
     }
 }
@@ -133,7 +136,15 @@ impl Input {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ApiError::payload_too_large(limit));
         }
-        let bytes = match Limited::new(body, limit).collect().await {
+        // A body trickled in slower than the deadline holds a request permit: 408, and
+        // (the body being unread) the connection is closed after the answer.
+        let deadline = Duration::from_secs_f64(state.0.config.server.body_read_timeout);
+        let Ok(collected) =
+            tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await
+        else {
+            return Err(ApiError::request_timeout(deadline));
+        };
+        let bytes = match collected {
             Ok(b) => b.to_bytes(),
             Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
                 return Err(ApiError::payload_too_large(limit));
@@ -447,9 +458,7 @@ pub fn router(state: AppState) -> Router {
 /// The router behind path normalisation (which must happen before routing).
 pub fn service(
     state: AppState,
-) -> axum::routing::IntoMakeService<
-    tower::util::MapRequest<Router, impl FnMut(Request) -> Request + Clone>,
-> {
+) -> tower::util::MapRequest<Router, impl FnMut(Request) -> Request + Clone + Send + 'static> {
     let root = state.0.config.server.root_path.clone();
     let app = router(state);
     let normalize = move |mut req: Request| {
@@ -469,9 +478,7 @@ pub fn service(
         }
         req
     };
-    axum::ServiceExt::<Request<Body>>::into_make_service(
-        tower::ServiceExt::<Request<Body>>::map_request(app, normalize),
-    )
+    tower::ServiceExt::<Request<Body>>::map_request(app, normalize)
 }
 
 #[utoipa::path(get, path = "/healthz", description = "Liveness (§4.23).", responses((status = 200, description = "OK")))]
@@ -495,6 +502,7 @@ pub async fn metrics(State(s): State<AppState>) -> Response {
         {
             s.0.metrics
                 .connections_retired(s.0.ledger.connections_retired());
+            s.0.metrics.edge(&s.0.edge);
             s.0.metrics.render()
         },
     )

@@ -72,6 +72,13 @@ impl ApiError {
             .with_details(json!({"limit": limit}))
     }
 
+    /// **[v1-ext]** The body did not arrive within `server.body_read_timeout`.
+    pub fn request_timeout(deadline: std::time::Duration) -> Self {
+        ApiError::new(StatusCode::REQUEST_TIMEOUT, "REQUEST_TIMEOUT")
+            .with_message("the request body did not arrive in time")
+            .with_details(json!({"bodyReadTimeoutSeconds": deadline.as_secs_f64()}))
+    }
+
     pub fn service_unavailable() -> Self {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "SERVICE_UNAVAILABLE")
             .with_message("Service Unavailable")

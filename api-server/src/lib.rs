@@ -1,6 +1,7 @@
 //! The load-control HTTP API (CONTRACT §3–§4): NiFi- and operator-facing endpoints over the ledger.
 pub mod app;
 pub mod auth;
+pub mod edge;
 pub mod error;
 pub mod input;
 pub mod keep_alive;

@@ -31,6 +31,9 @@ pub struct Metrics {
     chunk_reports: Family<ResultLabel, Counter>,
     run_lock_wait: Histogram,
     connections_retired: Counter,
+    connections_open: prometheus_client::metrics::gauge::Gauge,
+    connections_refused: Counter,
+    connections_idle_closed: Counter,
     /// Serializes the catch-up of `connections_retired` from the ledger's own count.
     retired_sync: std::sync::Mutex<()>,
 }
@@ -70,6 +73,24 @@ impl Default for Metrics {
             "Pooled database connections closed because their server could not take writes (read-only, standby, shutting down): each burst is a failover or switchover seen by this process",
             connections_retired.clone(),
         );
+        let connections_open = prometheus_client::metrics::gauge::Gauge::default();
+        registry.register(
+            "lca_http_connections_open",
+            "Open HTTP connections of this process (server.max_connections caps them)",
+            connections_open.clone(),
+        );
+        let connections_refused = Counter::default();
+        registry.register(
+            "lca_http_connections_refused",
+            "Connections closed at once because server.max_connections were open",
+            connections_refused.clone(),
+        );
+        let connections_idle_closed = Counter::default();
+        registry.register(
+            "lca_http_connections_idle_closed",
+            "Connections closed after server.timeout_keep_alive without the first byte of a request",
+            connections_idle_closed.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -77,6 +98,9 @@ impl Default for Metrics {
             chunk_reports,
             run_lock_wait,
             connections_retired,
+            connections_open,
+            connections_refused,
+            connections_idle_closed,
             retired_sync: Default::default(),
         }
     }
@@ -108,10 +132,19 @@ impl Metrics {
     /// Brings `lca_db_connections_retired` up to the ledger's count.
     pub fn connections_retired(&self, total: u64) {
         let _one_at_a_time = self.retired_sync.lock().unwrap_or_else(|p| p.into_inner());
-        let seen = self.connections_retired.get();
-        if total > seen {
-            self.connections_retired.inc_by(total - seen);
-        }
+        catch_up(&self.connections_retired, total);
+    }
+
+    /// Brings the edge's connection figures up to `stats`.
+    pub fn edge(&self, stats: &crate::edge::EdgeStats) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _one_at_a_time = self.retired_sync.lock().unwrap_or_else(|p| p.into_inner());
+        self.connections_open.set(stats.open.load(Relaxed) as i64);
+        catch_up(&self.connections_refused, stats.refused.load(Relaxed));
+        catch_up(
+            &self.connections_idle_closed,
+            stats.idle_closed.load(Relaxed),
+        );
     }
 
     /// Prometheus text exposition.
@@ -126,5 +159,13 @@ impl Metrics {
 impl LockWaitObserver for Metrics {
     fn observe(&self, seconds: f64) {
         self.run_lock_wait.observe(seconds);
+    }
+}
+
+/// Raises a counter to a total kept elsewhere (the ledger's, the edge's own atomics).
+fn catch_up(counter: &Counter, total: u64) {
+    let seen = counter.get();
+    if total > seen {
+        counter.inc_by(total - seen);
     }
 }

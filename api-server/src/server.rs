@@ -34,40 +34,27 @@ pub async fn serve(
         );
     }
     let tls = crate::tls::server_config(&config.server)?;
+    let limits = crate::edge::EdgeLimits::of(&config.server);
     let state = AppState::new(config, ledger);
-    match tls {
-        Some(tls) => {
-            let listener = crate::tls::TlsListener::new(listener, tls)?;
-            run(listener, state, grace, shutdown).await
-        }
-        None => run(listener, state, grace, shutdown).await,
-    }
-}
-
-async fn run<L>(
-    listener: L,
-    state: AppState,
-    grace: Duration,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()>
-where
-    L: axum::serve::Listener,
-    L::Addr: std::fmt::Debug,
-{
+    let stats = state.0.edge.clone();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let server = axum::serve(listener, service(state)).with_graceful_shutdown(async move {
+    tokio::spawn(async move {
         shutdown.await;
         let _ = stop_tx.send(true);
     });
-    let mut stop_rx2 = stop_rx.clone();
-    tokio::select! {
-        r = server.into_future() => r?,
-        _ = async move {
-            let _ = stop_rx2.wait_for(|s| *s).await;
-            tokio::time::sleep(grace).await;
-        } => tracing::warn!(event = "shutdown_timeout", "in-flight requests did not finish within timeout_graceful_shutdown"),
+    let app = service(state);
+    match tls {
+        Some(tls) => {
+            let listener = crate::tls::TlsListener::new(
+                listener,
+                tls,
+                limits.header_read,
+                limits.max_connections,
+            )?;
+            crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await
+        }
+        None => crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await,
     }
-    drop(stop_rx);
     Ok(())
 }
 

@@ -12,9 +12,6 @@ use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-/// A handshake that has not finished after this long is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
 fn read_pem<T>(
     path: &Path,
     what: &str,
@@ -101,11 +98,16 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
+    /// Handshakes run at most `max_handshakes` at once (a connection beyond is closed at once)
+    /// and are dropped when not finished within `handshake_timeout`.
     pub fn new(
         tcp: TcpListener,
         config: Arc<rustls::ServerConfig>,
+        handshake_timeout: Duration,
+        max_handshakes: usize,
     ) -> std::io::Result<TlsListener> {
         let local = tcp.local_addr()?;
+        let handshakes = Arc::new(tokio::sync::Semaphore::new(max_handshakes.max(1)));
         let acceptor = TlsAcceptor::from(config);
         let (tx, ready) = mpsc::channel(64);
         let accepting = tokio::spawn(async move {
@@ -119,9 +121,16 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
+                    drop(stream);
+                    continue;
+                };
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                    let handshake =
+                        tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await;
+                    drop(permit);
+                    match handshake {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
                         }

@@ -74,6 +74,14 @@ pub struct ServerConfig {
     pub proxy_headers: bool,
     pub forwarded_allow_ips: String,
     pub timeout_keep_alive: f64,
+    /// **[v1-ext]** Seconds a client has for a whole request head once it started sending it
+    /// (and for a TLS handshake).
+    pub header_read_timeout: f64,
+    /// **[v1-ext]** Seconds a client has for a whole request body; then 408 and the connection
+    /// is closed.
+    pub body_read_timeout: f64,
+    /// **[v1-ext]** Open connections per process; a connection beyond it is closed at once.
+    pub max_connections: usize,
     pub timeout_graceful_shutdown: f64,
     pub limit_concurrency: Option<usize>,
     pub ssl_certfile: Option<PathBuf>,
@@ -93,6 +101,9 @@ impl Default for ServerConfig {
             proxy_headers: true,
             forwarded_allow_ips: "127.0.0.1".into(),
             timeout_keep_alive: 5.0,
+            header_read_timeout: 10.0,
+            body_read_timeout: 10.0,
+            max_connections: 1024,
             timeout_graceful_shutdown: 30.0,
             limit_concurrency: None,
             ssl_certfile: None,
@@ -530,6 +541,18 @@ impl Config {
         if s.max_body_bytes == 0 {
             return Err(invalid("server.max_body_bytes", "must be positive"));
         }
+        for (key, v) in [
+            ("server.timeout_keep_alive", s.timeout_keep_alive),
+            ("server.header_read_timeout", s.header_read_timeout),
+            ("server.body_read_timeout", s.body_read_timeout),
+        ] {
+            if !(v.is_finite() && (0.1..=3600.0).contains(&v)) {
+                return Err(invalid(key, "must be between 0.1 and 3600 seconds"));
+            }
+        }
+        if s.max_connections == 0 {
+            return Err(invalid("server.max_connections", "must be at least 1"));
+        }
         if let Some(p) = self.worker.metrics_port
             && !(1..=65535).contains(&p)
         {
@@ -798,6 +821,10 @@ mod tests {
                 .contains("recovery.stale")
         );
         assert!(check("server: {port: 70000}\n").contains("server.port"));
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nserver: {header_read_timeout: 0}\n")
+                .contains("server.header_read_timeout")
+        );
         assert!(check("{}").contains("database.url"));
         assert!(
             check("database: {url: 'postgres://h/d'}\ndispatch: {lease: 5s}\n")

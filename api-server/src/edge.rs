@@ -1,0 +1,257 @@
+//! The HTTP edge: accepting connections and serving HTTP/1.1 on them with deadlines, so that a
+//! slow or idle client cannot hold a file descriptor or a request permit for long.
+//!
+//! | limit | setting (default) | what a client that breaks it gets |
+//! |---|---|---|
+//! | open connections per process | `server.max_connections` (1024) | accepted and closed at once |
+//! | wait for the first byte of a request (fresh or kept-alive connection) | `server.timeout_keep_alive` (5 s) | connection closed |
+//! | a whole request head, once started | `server.header_read_timeout` (10 s) | connection closed (hyper's timer) |
+//! | a whole request body | `server.body_read_timeout` (10 s) | 408 `REQUEST_TIMEOUT`, connection closed (`input.rs`) |
+//! | a TLS handshake | the same `header_read_timeout` | connection dropped (`tls.rs`) |
+use axum::body::Body;
+use axum::extract::Request;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::{Semaphore, watch};
+
+/// The edge's limits, from `server.*`.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgeLimits {
+    pub max_connections: usize,
+    pub keep_alive: Duration,
+    pub header_read: Duration,
+}
+
+impl EdgeLimits {
+    pub fn of(s: &lcconfig::config::ServerConfig) -> EdgeLimits {
+        EdgeLimits {
+            max_connections: s.max_connections.max(1),
+            keep_alive: Duration::from_secs_f64(s.timeout_keep_alive.max(0.1)),
+            header_read: Duration::from_secs_f64(s.header_read_timeout.max(0.1)),
+        }
+    }
+}
+
+/// Counters the metrics endpoint reads.
+#[derive(Debug, Default)]
+pub struct EdgeStats {
+    pub open: AtomicUsize,
+    pub refused: AtomicU64,
+    pub idle_closed: AtomicU64,
+}
+
+/// One connection's request state, shared by its IO and its service.
+struct ConnState {
+    origin: Instant,
+    in_flight: AtomicUsize,
+    /// Bytes of the next request have arrived since the last response.
+    reading: AtomicBool,
+    /// When the connection last became idle (accepted, or its last response was produced), in
+    /// milliseconds since `origin`.
+    idle_since_ms: AtomicU64,
+}
+
+impl ConnState {
+    fn new() -> ConnState {
+        ConnState {
+            origin: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            reading: AtomicBool::new(false),
+            idle_since_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn idle_deadline(&self, keep_alive: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 || self.reading.load(Ordering::Acquire) {
+            return None;
+        }
+        let since = Duration::from_millis(self.idle_since_ms.load(Ordering::Acquire));
+        Some(self.origin + since + keep_alive)
+    }
+
+    fn request_started(&self) {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+    }
+
+    fn response_ready(&self) {
+        if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.reading.store(false, Ordering::Release);
+            self.idle_since_ms
+                .store(self.origin.elapsed().as_millis() as u64, Ordering::Release);
+        }
+    }
+}
+
+/// A connection's IO that reads as closed once it has waited `keep_alive` for the first byte of
+/// a request (hyper then closes it as an idle connection the client gave up on).
+struct IdleIo<T> {
+    inner: T,
+    state: Arc<ConnState>,
+    keep_alive: Duration,
+    sleep: Option<Pin<Box<tokio::time::Sleep>>>,
+    stats: Arc<EdgeStats>,
+}
+
+impl<T: AsyncRead + Unpin> AsyncRead for IdleIo<T> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        match Pin::new(&mut self.inner).poll_read(cx, buf) {
+            Poll::Ready(Ok(())) => {
+                if buf.filled().len() > before {
+                    self.state.reading.store(true, Ordering::Release);
+                    self.sleep = None;
+                }
+                Poll::Ready(Ok(()))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => {
+                let Some(deadline) = self.state.idle_deadline(self.keep_alive) else {
+                    return Poll::Pending;
+                };
+                let deadline = tokio::time::Instant::from_std(deadline);
+                match &mut self.sleep {
+                    Some(s) if s.deadline() == deadline => {}
+                    Some(s) => s.as_mut().reset(deadline),
+                    None => self.sleep = Some(Box::pin(tokio::time::sleep_until(deadline))),
+                }
+                let sleep = self.sleep.as_mut().expect("set above");
+                match sleep.as_mut().poll(cx) {
+                    // End of stream, as if the client had closed: hyper ends the connection.
+                    Poll::Ready(()) => {
+                        self.stats.idle_closed.fetch_add(1, Ordering::Relaxed);
+                        Poll::Ready(Ok(()))
+                    }
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+impl<T: AsyncWrite + Unpin> AsyncWrite for IdleIo<T> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Serves `app` on `listener` until `stop` turns true, then lets open connections finish their
+/// request for `grace` at most.
+pub async fn serve<L, S>(
+    mut listener: L,
+    app: S,
+    limits: EdgeLimits,
+    stats: Arc<EdgeStats>,
+    mut stop: watch::Receiver<bool>,
+    grace: Duration,
+) where
+    L: axum::serve::Listener,
+    L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: tower::Service<
+            Request,
+            Response = axum::response::Response,
+            Error = std::convert::Infallible,
+        > + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    loop {
+        let (io, _peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = stop.wait_for(|s| *s) => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            let n = stats.refused.fetch_add(1, Ordering::Relaxed);
+            if n.is_power_of_two() {
+                tracing::warn!(
+                    event = "connection_refused",
+                    refused_total = n + 1,
+                    max_connections = limits.max_connections,
+                    "too many open connections: a new one was closed at once (server.max_connections)"
+                );
+            }
+            drop(io);
+            continue;
+        };
+        let state = Arc::new(ConnState::new());
+        let io = IdleIo {
+            inner: io,
+            state: state.clone(),
+            keep_alive: limits.keep_alive,
+            sleep: None,
+            stats: stats.clone(),
+        };
+        let app = app.clone();
+        let service =
+            hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                state.request_started();
+                let state = state.clone();
+                let call = tower::ServiceExt::oneshot(app.clone(), req.map(Body::new));
+                async move {
+                    let response = call.await;
+                    state.response_ready();
+                    response
+                }
+            });
+        let connection = hyper::server::conn::http1::Builder::new()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read)
+            .keep_alive(true)
+            .serve_connection(TokioIo::new(io), service);
+        let connection = graceful.watch(connection);
+        let stats = stats.clone();
+        stats.open.fetch_add(1, Ordering::Relaxed);
+        tokio::spawn(async move {
+            // Errors here are the client's (a reset, a malformed or timed-out head).
+            let _ = connection.await;
+            stats.open.fetch_sub(1, Ordering::Relaxed);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(grace, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            event = "shutdown_timeout",
+            "in-flight requests did not finish within timeout_graceful_shutdown"
+        );
+    }
+}
