@@ -316,3 +316,106 @@ async fn probe_checks_a_token_read_and_metrics_scrapes() {
     send_sigterm(server.id());
     server.wait().unwrap();
 }
+
+/// `logging.file` (CONTRACT §10.2) on the real binary: `{service}` is `server`, the file has its
+/// own format (JSON here, text on stdout being off), it is rotated by `max_bytes` keeping
+/// `backup_count` files, and `stdout: false` leaves standard output empty. A site that collects
+/// the file sees every access-log line.
+#[tokio::test]
+async fn the_log_file_is_written_rotated_and_stdout_can_be_off() {
+    let db = TestDb::fresh().await;
+    let dir = std::env::temp_dir().join(format!("lc-logs-{}", uuid::Uuid::new_v4().simple()));
+    let path = config_file(
+        &std::env::temp_dir(),
+        &format!(
+            "database:\n  url: {}\nlogging:\n  stdout: false\n  access_log: true\n  file: {{path: '{}/{{service}}.log', format: json, max_bytes: 4096, backup_count: 2}}\n",
+            db.url,
+            dir.display()
+        ),
+    );
+    let (mut server, port) = serve(&path, &[], Stdio::piped);
+    testkit::install_crypto();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if client.get(format!("{base}/healthz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // Each refused call writes one access-log line of about 400 bytes: 60 of them fill more
+    // than the three files allowed.
+    for n in 0..60 {
+        let r = client
+            .get(format!("{base}/v1/runs?limit=1&n={n}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 401);
+    }
+    send_sigterm(server.id());
+    let out = server.wait_with_output_now();
+    let current = std::fs::read_to_string(dir.join("server.log")).expect("server.log written");
+    let rotated: Vec<String> = (1..=3)
+        .filter_map(|i| std::fs::read_to_string(dir.join(format!("server.log.{i}"))).ok())
+        .collect();
+    assert_eq!(
+        rotated.len(),
+        2,
+        "backup_count 2 keeps server.log.1 and .2 only"
+    );
+    for text in std::iter::once(&current).chain(&rotated) {
+        assert!(
+            text.len() <= 4096 + 1024,
+            "rotated near max_bytes: {}",
+            text.len()
+        );
+        for line in text.lines() {
+            let v: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("the file's format is JSON ({e}): {line}"));
+            assert!(v["event"].is_string(), "{line}");
+        }
+    }
+    assert!(
+        current.contains("api_response") || rotated.iter().any(|t| t.contains("api_response")),
+        "the access log reaches the file"
+    );
+    assert!(
+        out.is_empty(),
+        "stdout: false writes nothing to stdout: {out}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// An unwritable `logging.file.path` stops the start with a message naming the key.
+#[test]
+fn an_unwritable_log_file_names_the_key() {
+    let path = config_file(
+        &std::env::temp_dir(),
+        "database:\n  url: 'postgres://x@127.0.0.1:1/d'\nlogging:\n  file: {path: '/proc/lc-no/{service}.log'}\n",
+    );
+    let out = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "serve"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("logging.file.path"), "{err}");
+}
+
+trait WaitOutput {
+    fn wait_with_output_now(&mut self) -> String;
+}
+
+impl WaitOutput for std::process::Child {
+    /// Waits for the exit and returns what was written to stdout.
+    fn wait_with_output_now(&mut self) -> String {
+        use std::io::Read;
+        let _ = self.wait();
+        let mut s = String::new();
+        if let Some(mut o) = self.stdout.take() {
+            let _ = o.read_to_string(&mut s);
+        }
+        s
+    }
+}

@@ -91,9 +91,11 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .unwrap()
         .port();
     let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
+    let log_dir = std::env::temp_dir().join(format!("op-logs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(
         &config,
-        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9/nifi'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\nlogging: {{format: text}}\n", env.db.url),
+        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9/nifi'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
+                 logging: {{format: text, file: {{path: '{}/{{service}}.log'}}}}\n", env.db.url, log_dir.display()),
     )
     .unwrap();
     let no_receiver =
@@ -159,6 +161,11 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         .unwrap();
     let status = child.wait().unwrap();
     assert!(status.success(), "graceful exit: {status:?}");
+    // logging.file: `{service}` is `worker` for this process, the file's format is text.
+    let log = std::fs::read_to_string(log_dir.join("worker.log")).expect("worker.log written");
+    assert!(log.contains("leader_acquired"), "{log}");
+    assert!(!log.trim_start().starts_with('{'), "text, not JSON: {log}");
+    let _ = std::fs::remove_dir_all(&log_dir);
     // Leadership was released: the advisory lock is free again.
     let (free,): (bool,) =
         sqlx::query_as("SELECT pg_try_advisory_lock(hashtext('load_control_leader'))")
