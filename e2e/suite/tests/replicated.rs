@@ -405,7 +405,12 @@ async fn asynchronous_failover_is_measured() {
     let _one = ONE_CASE.lock().await;
     let mut case = start_case("asyncfail", false).await;
     let probe = Prober::start(&case.sys.base);
-    let sim = case.load(8);
+    // LC_ASYNC_RUNS: a bigger load for the measurement in docs/operations.md.
+    let runs = std::env::var("LC_ASYNC_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let sim = case.load(runs);
     case.load_under_way().await;
     let fault = Instant::now();
     let away = case.pair.failover().await.unwrap();
