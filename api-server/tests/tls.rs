@@ -5,34 +5,16 @@
 use lcconfig::config::{Config, TokenEntry};
 use load_control_api::auth::sha256_hex;
 use load_control_api::server;
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
 use std::path::{Path, PathBuf};
 use testkit::TestDb;
 
 const NIFI: &str = "tls-nifi-token";
 
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
+type Ca = testkit::TestCa;
 
 fn ca(name: &str) -> Ca {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.distinguished_name.push(DnType::CommonName, name);
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let cert = p.self_signed(&key).unwrap();
-    Ca {
-        pem: cert.pem(),
-        issuer: Issuer::new(p, key),
-    }
+    testkit::TestCa::new(name)
 }
 
 /// (certificate PEM, key PEM) signed by `ca`.

@@ -1,20 +1,10 @@
 //! Issue 21 items 2 and 3 against a real PostgreSQL: a pooled connection whose server cannot take
 //! writes is retired after its first refusal (the pool reconnects through the service address), a
 //! new connection to such a server is not kept, and the readiness check is a write.
-use ledger::{LedgerConfig, LedgerError, NewRun};
+use ledger::{LedgerConfig, LedgerError};
 use sqlx::Connection;
 use testkit::TestDb;
-
-fn new_run(bk: &str) -> NewRun {
-    NewRun {
-        job_key: "JOB".into(),
-        business_key: bk.into(),
-        hdfs_root: "/data".into(),
-        stage_table_prefix: "t_".into(),
-        allow_empty_source: false,
-        parameters: Default::default(),
-    }
-}
+use testkit::new_run;
 
 fn is_read_only(e: &LedgerError) -> bool {
     matches!(e, LedgerError::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("25006"))

@@ -1,19 +1,8 @@
 //! The store against a real PostgreSQL: migrations, whole-transaction retries and atomicity.
 use ledger::migrate::run_migrations;
-use ledger::{LedgerConfig, LedgerError, NewRun, RunFailure, RunStatus};
+use ledger::{LedgerConfig, LedgerError, RunFailure, RunStatus};
 use sqlx::Connection;
-use testkit::TestDb;
-
-fn new_run(bk: &str) -> NewRun {
-    NewRun {
-        job_key: "JOB".into(),
-        business_key: bk.into(),
-        hdfs_root: "/data".into(),
-        stage_table_prefix: "t_".into(),
-        allow_empty_source: false,
-        parameters: Default::default(),
-    }
-}
+use testkit::{TestDb, new_run};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn migrations_are_safe_twice_and_from_four_processes_at_once() {

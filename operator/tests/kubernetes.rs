@@ -589,6 +589,14 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
 }
 
 /// `helm template` of the chart with `--set` values; the rendered YAML.
+/// `helm template` of the chart with `sets`, as YAML documents.
+fn template_docs(sets: &[&str]) -> Vec<serde_yaml::Value> {
+    template(kubetest::helm_offline(), "lc", "ns", sets)
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect()
+}
+
 fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
     helm.args(["template", release, &chart_dir(), "--namespace", ns]);
     for set in sets {
@@ -911,20 +919,10 @@ async fn helm_install_creates_every_object() {
 /// during an outage; the Lease is the release's own, named in its RBAC and passed to the operator.
 #[test]
 fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
-    let helm = kubetest::helm_offline();
-    let rendered = template(
-        helm,
-        "lc",
-        "ns",
-        &[
-            "serviceMonitor.enabled=true",
-            "serviceMonitor.labels.release=kube-prometheus-stack",
-        ],
-    );
-    let docs: Vec<serde_yaml::Value> = rendered
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str(d).ok())
-        .collect();
+    let docs = template_docs(&[
+        "serviceMonitor.enabled=true",
+        "serviceMonitor.labels.release=kube-prometheus-stack",
+    ]);
     let one = |k: &str| docs.iter().find(|d| d["kind"] == k).unwrap();
     let containers = one("Deployment")["spec"]["template"]["spec"]["containers"]
         .as_sequence()
@@ -1076,22 +1074,13 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
 /// secret written into `config` is refused.
 #[test]
 fn the_chart_takes_credentials_from_secrets_only() {
-    let rendered = template(
-        kubetest::helm_offline(),
-        "lc",
-        "ns",
-        &[
-            "secrets.signingSecret.existingSecret=lc-signing",
-            "secrets.apiTls.existingSecret=lc-api-tls",
-            "secrets.apiTls.clientCaKey=client-ca.crt",
-            "secrets.nifiTls.existingSecret=lc-nifi-tls",
-            "tests.tokenSecret.existingSecret=lc-test-token",
-        ],
-    );
-    let docs: Vec<serde_yaml::Value> = rendered
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str(d).ok())
-        .collect();
+    let docs = template_docs(&[
+        "secrets.signingSecret.existingSecret=lc-signing",
+        "secrets.apiTls.existingSecret=lc-api-tls",
+        "secrets.apiTls.clientCaKey=client-ca.crt",
+        "secrets.nifiTls.existingSecret=lc-nifi-tls",
+        "tests.tokenSecret.existingSecret=lc-test-token",
+    ]);
     let cm = docs
         .iter()
         .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lc-load-control")
@@ -1183,21 +1172,12 @@ fn the_chart_takes_credentials_from_secrets_only() {
 /// with them is `e2e/suite/tests/database_tls.rs`.)
 #[test]
 fn the_chart_connects_to_a_managed_ledger_with_its_ca() {
-    let rendered = template(
-        kubetest::helm_offline(),
-        "lc",
-        "ns",
-        &[
-            "database.existingSecret=ledger-app",
-            "database.urlKey=uri",
-            "database.tls.sslMode=verify-full",
-            "database.tls.caSecret=ledger-ca",
-        ],
-    );
-    let docs: Vec<serde_yaml::Value> = rendered
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str(d).ok())
-        .collect();
+    let docs = template_docs(&[
+        "database.existingSecret=ledger-app",
+        "database.urlKey=uri",
+        "database.tls.sslMode=verify-full",
+        "database.tls.caSecret=ledger-ca",
+    ]);
     let pod_specs: Vec<&serde_yaml::Value> = docs
         .iter()
         .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")

@@ -4,20 +4,12 @@
 //! api-server binary migrates through it; with another CA, or a name the certificate does not
 //! carry, it refuses to connect.
 use e2e::standalone::{PgServer, bin};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose};
+use rcgen::{CertificateParams, DnType, KeyPair};
 use std::process::Command;
 
-fn ca(name: &str) -> (String, Issuer<'static, KeyPair>) {
-    let key = KeyPair::generate().unwrap();
-    let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-    p.distinguished_name.push(DnType::CommonName, name);
-    p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    p.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    let cert = p.self_signed(&key).unwrap();
-    (cert.pem(), Issuer::new(p, key))
+fn ca(name: &str) -> (String, rcgen::Issuer<'static, KeyPair>) {
+    let ca = testkit::TestCa::new(name);
+    (ca.pem, ca.issuer)
 }
 
 /// `load-control-api migrate` against `url` with the given sslmode and CA file: its outcome.

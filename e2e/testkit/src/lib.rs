@@ -159,3 +159,40 @@ impl TestDb {
             .expect("connect to the test database")
     }
 }
+
+/// A run to create in tests: job `JOB`, business key `bk`, everything else minimal.
+pub fn new_run(bk: &str) -> ledger::NewRun {
+    ledger::NewRun {
+        job_key: "JOB".into(),
+        business_key: bk.into(),
+        hdfs_root: "/data".into(),
+        stage_table_prefix: "t_".into(),
+        allow_empty_source: false,
+        parameters: Default::default(),
+    }
+}
+
+/// A certificate authority of its own for TLS tests: its PEM and what signs with it.
+pub struct TestCa {
+    pub pem: String,
+    pub issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    pub fn new(name: &str) -> TestCa {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+        let key = KeyPair::generate().expect("a key");
+        let mut p = CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+        p.distinguished_name.push(DnType::CommonName, name);
+        p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        p.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        let cert = p.self_signed(&key).expect("a self-signed CA");
+        TestCa {
+            pem: cert.pem(),
+            issuer: rcgen::Issuer::new(p, key),
+        }
+    }
+}
