@@ -514,3 +514,91 @@ async fn a_run_with_nothing_due_is_not_held_for_the_tick() {
         Some("EXTRACTING")
     );
 }
+
+/// Issue 20, latency fault 1: a claim of a reissued partition acknowledges its REISSUE dispatch,
+/// which can wait behind a sweeper tick holding that row. Meanwhile the run row must not be
+/// locked by the claim (its heartbeat refresh comes last, §4.6 step 5), or every report of the
+/// run would queue behind it. The probe: while the claim waits, the run row can be locked
+/// `FOR NO KEY UPDATE NOWAIT` (55P03 if the claim held it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("R", &[3, 3]).await;
+    // Partition 0001 was given up and reissued: RETRY with a SENT REISSUE_PARTITION row, and a
+    // run heartbeat old enough to be refreshed by the claim.
+    env.exec(
+        "UPDATE nifi_ops.load_partition SET status = 'RETRY', claim_token = NULL WHERE run_id = $1 AND partition_id = '0001'",
+        run,
+    )
+    .await;
+    env.exec(
+        "INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id, status) \
+         VALUES (gen_random_uuid(), $1, 'REISSUE_PARTITION', '0001', 'SENT')",
+        run,
+    )
+    .await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() - interval '1 minute' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    // A sweeper-like transaction holds the dispatch row.
+    let mut holder = env.conn().await;
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_dispatch WHERE run_id = $1 FOR UPDATE")
+        .bind(run)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let ledger = env.ledger.clone();
+    let claim = tokio::spawn(async move {
+        ledger
+            .claim_partition(run, "0001", uuid::Uuid::new_v4(), "nifi-02")
+            .await
+    });
+    // Wait until the claim is blocked on the dispatch row.
+    let mut probe = env.conn().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE nifi_ops.load_dispatch SET status = ''ACKED''%'",
+        )
+        .fetch_one(&mut probe)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the claim never waited for the ack"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ptx = probe.begin().await.unwrap();
+    let locked =
+        sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE NOWAIT")
+            .bind(run)
+            .execute(&mut *ptx)
+            .await;
+    ptx.rollback().await.unwrap();
+    assert!(
+        locked.is_ok(),
+        "the waiting claim holds the run row: {:?}",
+        locked.err()
+    );
+    tx.commit().await.unwrap();
+    let outcome = claim.await.unwrap().unwrap();
+    assert!(outcome.claimed);
+    // The heartbeat was still refreshed, last.
+    let (fresh,): (bool,) = sqlx::query_as(
+        "SELECT heartbeat_at > clock_timestamp() - interval '10 seconds' FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap();
+    assert!(fresh);
+}

@@ -88,15 +88,12 @@ impl Ledger {
             if !matches!(status, PartitionStatus::Pending | PartitionStatus::Retry) {
                 return Ok(refused(status));
             }
-            // The run's heartbeat refresh (§5.3 rule 5's non-waiting form) rides along.
-            let (attempt,): (i32,) = sqlx::query_as(concat!(
-                "WITH ",
-                run_heartbeat_cte!(),
-                " UPDATE nifi_ops.load_partition SET status = 'RUNNING', claim_token = $3, worker_node = $4, \
+            let (attempt,): (i32,) = sqlx::query_as(
+                "UPDATE nifi_ops.load_partition SET status = 'RUNNING', claim_token = $3, worker_node = $4, \
                     attempt_count = attempt_count + 1, started_at = COALESCE(started_at, clock_timestamp()), \
                     heartbeat_at = clock_timestamp(), error_code = NULL, error_message = NULL \
-                  WHERE run_id = $1 AND partition_id = $2 RETURNING attempt_count"
-            ))
+                  WHERE run_id = $1 AND partition_id = $2 RETURNING attempt_count",
+            )
             .bind(run_id)
             .bind(pid)
             .bind(token)
@@ -120,6 +117,17 @@ impl Ledger {
                 .details(json!({"workerNode": worker, "attempt": attempt}))
                 .insert(conn)
                 .await?;
+            // The run's heartbeat refresh (§4.6 step 5, §5.3 rule 5's non-waiting form) comes
+            // last: taken earlier, its row lock would be held across the REISSUE acknowledgement
+            // (which can wait behind a sweeper tick), and the run's other reports behind it.
+            sqlx::query(concat!(
+                "WITH ",
+                run_heartbeat_cte!(),
+                " SELECT count(*) FROM run_beat"
+            ))
+            .bind(run_id)
+            .execute(&mut *conn)
+            .await?;
             Ok(ClaimOutcome {
                 claimed: true,
                 run_status,
