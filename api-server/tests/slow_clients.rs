@@ -240,8 +240,9 @@ async fn slow_and_idle_clients_are_closed_within_the_deadlines_and_nifi_is_serve
         closed["body"].iter().any(|c| c.status == Some(408)),
         "the body deadline answered: {line}"
     );
-    // The NiFi-like client was served all along (503s of the permit limit retried as NiFi does).
-    assert!(latencies.len() >= 3, "{line}");
+    // The NiFi-like client was served all along (503s of the permit limit retried as NiFi does);
+    // how many calls it made depends on how long it waited for a permit, so only "some".
+    assert!(!latencies.is_empty(), "{line}");
     assert!(failures.is_empty(), "{line}");
 }
 

@@ -417,14 +417,23 @@ pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> L
 
 /// The run-heartbeat refresh of a report or a new claim (§5.3 rule 5), as the `run_beat` CTE of
 /// the statement that ends it (`$1` is the run): skipped when fresh (< 1 s) or when another
-/// transaction holds the row's write lock, so it never queues.
+/// transaction holds the row's write lock, so it never queues; and only while the run is
+/// EXTRACTING (a report recorded for a finished run must not postpone its stale alert).
 macro_rules! run_heartbeat_cte {
     () => {
-        "run_beat AS ( \
+        $crate::store::run_heartbeat_cte!("true")
+    };
+    // `$when`: an SQL condition that must hold too (the statement's other CTEs are visible).
+    ($when:literal) => {
+        concat!(
+            "run_beat AS ( \
             UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() \
              WHERE run_id IN (SELECT run_id FROM nifi_ops.load_run \
-                               WHERE run_id = $1 AND heartbeat_at < clock_timestamp() - interval '1 second' \
-                                 FOR NO KEY UPDATE SKIP LOCKED) RETURNING 1)"
+                               WHERE run_id = $1 AND status = 'EXTRACTING' \
+                                 AND heartbeat_at < clock_timestamp() - interval '1 second' AND (",
+            $when,
+            ") FOR NO KEY UPDATE SKIP LOCKED) RETURNING 1)"
+        )
     };
 }
 pub(crate) use run_heartbeat_cte;

@@ -602,3 +602,144 @@ async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
     .unwrap();
     assert!(fresh);
 }
+
+fn chunk(token: uuid::Uuid, index: i32, count: i32, path: &str, rows: i64) -> ledger::ChunkReport {
+    ledger::ChunkReport {
+        claim_token: token,
+        chunk_index: index,
+        chunk_count: count,
+        fragment_identifier: Some("f".into()),
+        hdfs_path: path.into(),
+        record_count: rows,
+        byte_count: Some(10),
+    }
+}
+
+/// Issue 20, latency fault 4: an identical replay of a chunk report writes nothing — the file
+/// row is not even locked (its xmax stays 0) and the partition row keeps its version (xmin).
+#[tokio::test]
+async fn an_identical_chunk_replay_writes_nothing() {
+    let env = Env::start(|_| {}).await;
+    let (run, tokens) = env.extracting("I", &[3]).await;
+    let path = format!("/data/JOB/run_id={run}/p=0000/part-0.parquet");
+    let report = chunk(tokens[0], 0, 2, &path, 1);
+    env.ledger.report_chunk(run, "0000", &report).await.unwrap();
+    let versions = || async {
+        let (file_xmin, file_xmax, part_xmin): (String, String, String) = sqlx::query_as(
+            "SELECT f.xmin::text, f.xmax::text, p.xmin::text FROM nifi_ops.load_file f \
+               JOIN nifi_ops.load_partition p USING (run_id, partition_id) WHERE f.run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(&mut env.conn().await)
+        .await
+        .unwrap();
+        (file_xmin, file_xmax, part_xmin)
+    };
+    let before = versions().await;
+    let replay = env.ledger.report_chunk(run, "0000", &report).await.unwrap();
+    assert!(replay.recorded);
+    let after = versions().await;
+    assert_eq!(after.0, before.0, "the file row is not rewritten");
+    assert_eq!(after.1, "0", "the file row is not locked by the replay");
+    assert_eq!(after.2, before.2, "no new partition row version");
+}
+
+/// Issue 20, latency fault 4: a report recorded for a run that already ended does not refresh the
+/// run's heartbeat (which would postpone its RUN_STALE_ALERT).
+#[tokio::test]
+async fn a_report_to_a_finished_run_keeps_its_heartbeat() {
+    let env = Env::start(|_| {}).await;
+    let (run, tokens) = env.extracting("F", &[3, 3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET status = 'CANCELLED', completed_at = clock_timestamp(), \
+            heartbeat_at = clock_timestamp() - interval '1 hour' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let path = format!("/data/JOB/run_id={run}/p=0000/part-0.parquet");
+    let late = env
+        .ledger
+        .report_chunk(run, "0000", &chunk(tokens[0], 0, 2, &path, 1))
+        .await
+        .unwrap();
+    assert_eq!(late.result, ledger::ChunkResult::Ignored);
+    let (stale,): (bool,) = sqlx::query_as(
+        "SELECT heartbeat_at < clock_timestamp() - interval '59 minutes' FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap();
+    assert!(stale, "the finished run's heartbeat was refreshed");
+}
+
+/// Issue 20, latency fault 2: the chunk that completes a partition does not take the run row in
+/// its heartbeat refresh; the run row is taken last, by the success update. Probe: the success's
+/// event insert is held (a trigger waits for an advisory lock the test holds) and meanwhile the run
+/// row can be locked FOR NO KEY UPDATE NOWAIT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_completing_chunk_takes_the_run_row_last() {
+    use sqlx::Connection;
+    use std::time::Duration;
+    let env = Env::start(|_| {}).await;
+    let (run, tokens) = env.extracting("C", &[2]).await;
+    let path = |i: i32| format!("/data/JOB/run_id={run}/p=0000/part-{i}.parquet");
+    env.ledger
+        .report_chunk(run, "0000", &chunk(tokens[0], 0, 2, &path(0), 1))
+        .await
+        .unwrap();
+    env.exec(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() - interval '1 minute' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let mut admin = env.conn().await;
+    for ddl in [
+        "CREATE FUNCTION public.hold_success() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           PERFORM pg_advisory_lock(4242); PERFORM pg_advisory_unlock(4242); RETURN NEW; END $$",
+        "CREATE TRIGGER hold BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
+           WHEN (NEW.event_name = 'PARTITION_SUCCESS') EXECUTE FUNCTION public.hold_success()",
+        "SELECT pg_advisory_lock(4242)",
+    ] {
+        sqlx::query(ddl).execute(&mut admin).await.unwrap();
+    }
+    let ledger = env.ledger.clone();
+    let last = chunk(tokens[0], 1, 2, &path(1), 1);
+    let report = tokio::spawn(async move { ledger.report_chunk(run, "0000", &last).await });
+    let mut probe = env.conn().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (waiting,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' AND pid <> pg_backend_pid()",
+        )
+        .fetch_one(&mut probe)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the success never reached its event"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let mut ptx = probe.begin().await.unwrap();
+    let locked =
+        sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE NOWAIT")
+            .bind(run)
+            .execute(&mut *ptx)
+            .await;
+    ptx.rollback().await.unwrap();
+    sqlx::query("SELECT pg_advisory_unlock(4242)")
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    let outcome = report.await.unwrap().unwrap();
+    assert!(
+        locked.is_ok(),
+        "the completing chunk held the run row early: {:?}",
+        locked.err()
+    );
+    assert_eq!(outcome.result, ledger::ChunkResult::RunComplete);
+}

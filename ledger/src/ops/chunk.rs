@@ -140,32 +140,35 @@ impl Ledger {
         // run's heartbeat in §5.3 rule 5's form (skipped when fresh or write-locked, never
         // waiting; for a progress report this is the last statement) and reads the partition's
         // aggregate as it is with this chunk (the other WRITTEN chunks, which the partition row
-        // lock keeps still, plus this one: a statement does not see its own writes). An
-        // identical replay rewrites nothing.
+        // lock keeps still, plus this one: a statement does not see its own writes).
+        // An identical replay writes nothing: no upsert (ON CONFLICT DO UPDATE locks the row even
+        // when its WHERE is false), no new partition row version.
+        // A chunk that completes the set may decide the partition: the run's row is then taken
+        // last, by the success update (which refreshes the heartbeat itself), not here.
         let a: ChunkRow = sqlx::query_as(concat!(
             "WITH prior AS ( \
-                SELECT fragment_count, hdfs_path, record_count, byte_count FROM nifi_ops.load_file \
+                SELECT fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status FROM nifi_ops.load_file \
                  WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3), \
+             same AS ( \
+                SELECT 1 FROM prior WHERE (fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status) \
+                    IS NOT DISTINCT FROM ($4, $5, $6, $7, $8, 'WRITTEN')), \
              stored AS ( \
                 INSERT INTO nifi_ops.load_file (run_id, partition_id, chunk_index, fragment_identifier, fragment_count, \
-                  hdfs_path, record_count, byte_count) VALUES ($1, $2, $3, $4, $5, $6, $7, $8) \
+                  hdfs_path, record_count, byte_count) SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
+                 WHERE NOT EXISTS (SELECT 1 FROM same) \
                 ON CONFLICT (run_id, partition_id, chunk_index) DO UPDATE SET \
                   fragment_identifier = EXCLUDED.fragment_identifier, fragment_count = EXCLUDED.fragment_count, \
                   hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
                   status = 'WRITTEN', updated_at = clock_timestamp() \
-                WHERE (load_file.fragment_identifier, load_file.fragment_count, load_file.hdfs_path, \
-                       load_file.record_count, load_file.byte_count, load_file.status) \
-                  IS DISTINCT FROM (EXCLUDED.fragment_identifier, EXCLUDED.fragment_count, EXCLUDED.hdfs_path, \
-                       EXCLUDED.record_count, EXCLUDED.byte_count, 'WRITTEN') \
                 RETURNING 1), \
              beat AS ( \
                 UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
-                 WHERE run_id = $1 AND partition_id = $2 RETURNING 1), \
-", run_heartbeat_cte!(), ", \
+                 WHERE run_id = $1 AND partition_id = $2 AND NOT EXISTS (SELECT 1 FROM same) RETURNING 1), \
              chunks AS ( \
                 SELECT chunk_index, fragment_count, record_count, byte_count FROM nifi_ops.load_file \
                  WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN' AND chunk_index <> $3 \
-                UNION ALL SELECT $3, $5, $7, $8) \
+                UNION ALL SELECT $3, $5, $7, $8), \
+", run_heartbeat_cte!("(SELECT count(*) FROM chunks) < $5"), " \
              SELECT NOT EXISTS (SELECT 1 FROM prior WHERE fragment_count = $5 AND hdfs_path = $6 \
                                    AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
                     count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
