@@ -353,22 +353,52 @@ impl Ledger {
         if !in_status {
             return Ok(None);
         }
+        // The locks are taken under a savepoint: when there is nothing to do after all (the run
+        // moved on between the check and the lock, its row is held by a report, its partition was
+        // refreshed), rolling back to it lets both go at once instead of at the tick's end.
+        sqlx::query("SAVEPOINT sweeper_run_lock")
+            .execute(&mut *conn)
+            .await?;
         let (k1, k2) = run_lock_key(run_id);
         let (got,): (bool,) = sqlx::query_as("SELECT pg_try_advisory_xact_lock($1, $2)")
             .bind(k1)
             .bind(k2)
             .fetch_one(&mut *conn)
             .await?;
-        if !got {
-            return Ok(None);
+        let row: Option<RunRow> = if got {
+            sqlx::query_as(sqlx::AssertSqlSafe(format!(
+                "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 AND status = $2 FOR UPDATE SKIP LOCKED"
+            )))
+            .bind(run_id)
+            .bind(status)
+            .fetch_optional(&mut *conn)
+            .await?
+        } else {
+            None
+        };
+        if row.is_none() {
+            self.let_go_of_run(conn).await?;
         }
-        Ok(sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run WHERE run_id = $1 AND status = $2 FOR UPDATE SKIP LOCKED"
-        )))
-        .bind(run_id)
-        .bind(status)
-        .fetch_optional(&mut *conn)
-        .await?)
+        Ok(row)
+    }
+
+    /// After [`Self::try_lock_run`] found nothing to do: its locks are released now.
+    pub(crate) async fn let_go_of_run(&self, conn: &mut PgConnection) -> LedgerResult<()> {
+        sqlx::query("ROLLBACK TO SAVEPOINT sweeper_run_lock")
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query("RELEASE SAVEPOINT sweeper_run_lock")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+
+    /// After [`Self::try_lock_run`] and the work done under it: the locks stay until the tick ends.
+    pub(crate) async fn keep_run(&self, conn: &mut PgConnection) -> LedgerResult<()> {
+        sqlx::query("RELEASE SAVEPOINT sweeper_run_lock")
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
     }
 
     /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.

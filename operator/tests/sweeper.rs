@@ -743,3 +743,64 @@ async fn a_completing_chunk_takes_the_run_row_last() {
     );
     assert_eq!(outcome.result, ledger::ChunkResult::RunComplete);
 }
+
+/// Issue 20, latency fault 3: when the sweeper finds nothing to do for a run once it tries to lock
+/// it (here: a report holds the run row, so `FOR UPDATE SKIP LOCKED` skips it), the run's
+/// advisory lock it already took is let go at once, not held until the tick ends. The probe (a
+/// trigger on a later event of the same tick) sees which run locks the tick holds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_run_the_sweeper_could_not_lock_is_let_go_at_once() {
+    use sqlx::Connection;
+    let env = Env::start(|_| {}).await;
+    let (busy, _) = env.extracting("BUSY", &[3]).await;
+    let (due, _) = env.extracting("DUE", &[3]).await;
+    for run in [busy, due] {
+        env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
+    }
+    // BUSY is processed first (older) and its row is held by a report meanwhile.
+    env.exec(
+        "UPDATE nifi_ops.load_run SET started_at = started_at - interval '1 minute' WHERE run_id = $1",
+        busy,
+    )
+    .await;
+    let mut db = env.conn().await;
+    for ddl in [
+        "CREATE TABLE public.lock_probe (classid bigint, objid bigint, objsubid int)",
+        "CREATE FUNCTION public.probe_locks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO public.lock_probe SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks \
+            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted; RETURN NEW; END $$",
+        "CREATE TRIGGER probe BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
+           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.probe_locks()",
+    ] {
+        sqlx::query(ddl).execute(&mut db).await.unwrap();
+    }
+    let mut holder = env.conn().await;
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE")
+        .bind(busy)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let report = sweep(&env).await;
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        report.actions.get("timeout_stale_partition"),
+        Some(&1),
+        "DUE timed out, BUSY skipped: {report:?}"
+    );
+    let key = |run: Uuid| {
+        let b = run.as_u128();
+        let h = (b >> 64) as u64 ^ b as u64;
+        (((h >> 32) as u32) as i64, (h as u32) as i64)
+    };
+    let held: Vec<(i64, i64)> =
+        sqlx::query_as("SELECT classid, objid FROM public.lock_probe WHERE objsubid = 2")
+            .fetch_all(&mut db)
+            .await
+            .unwrap();
+    assert!(held.contains(&key(due)), "the probe ran: {held:?}");
+    assert!(
+        !held.contains(&key(busy)),
+        "the run the sweeper could not lock stayed locked for the tick"
+    );
+}

@@ -157,6 +157,8 @@ impl Ledger {
             .fetch_all(&mut *conn)
             .await?;
             if stale.is_empty() {
+                // Refreshed since the unlocked check: nothing to hold the run for.
+                self.let_go_of_run(conn).await?;
                 continue;
             }
             let exhausted = stale
@@ -229,6 +231,7 @@ impl Ledger {
                     .await?;
                 c.add("timeout_stale_partition", 1);
             }
+            self.keep_run(conn).await?;
         }
         Ok(())
     }
@@ -497,6 +500,7 @@ impl Ledger {
                 .insert(conn)
                 .await?;
             c.add("publish_unknown", 1);
+            self.keep_run(conn).await?;
         }
         Ok(())
     }
