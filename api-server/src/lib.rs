@@ -3,6 +3,7 @@ pub mod app;
 pub mod auth;
 pub mod edge;
 pub mod error;
+pub mod handlers;
 pub mod input;
 pub mod keep_alive;
 pub mod metrics;

@@ -312,12 +312,12 @@ impl Modify for Security {
 #[openapi(
     info(title = "load-control", description = "Decides, exactly once, the state of NiFi Oracle→Hive loads (CONTRACT v1)."),
     paths(
-        crate::app::create_run, crate::app::list_runs, crate::app::run_detail, crate::app::register_manifest, crate::app::fail_run,
-        crate::app::claim_partition, crate::app::report_chunk, crate::app::fail_partition, crate::app::start_validation,
-        crate::app::store_metrics, crate::app::list_metrics, crate::app::stage_validated, crate::app::claim_publish,
-        crate::app::publish_result, crate::app::succeed, crate::app::resend_dispatch, crate::app::resolve_publish_unknown,
-        crate::app::cancel_run, crate::app::cleanup_candidates, crate::app::record_cleanup, crate::app::monitor_summary,
-        crate::app::run_events, crate::app::healthz, crate::app::readyz, crate::app::metrics, crate::app::openapi_json
+        crate::handlers::create_run, crate::handlers::list_runs, crate::handlers::run_detail, crate::handlers::register_manifest, crate::handlers::fail_run,
+        crate::handlers::claim_partition, crate::handlers::report_chunk, crate::handlers::fail_partition, crate::handlers::start_validation,
+        crate::handlers::store_metrics, crate::handlers::list_metrics, crate::handlers::stage_validated, crate::handlers::claim_publish,
+        crate::handlers::publish_result, crate::handlers::succeed, crate::handlers::resend_dispatch, crate::handlers::resolve_publish_unknown,
+        crate::handlers::cancel_run, crate::handlers::cleanup_candidates, crate::handlers::record_cleanup, crate::handlers::monitor_summary,
+        crate::handlers::run_events, crate::handlers::healthz, crate::handlers::readyz, crate::handlers::metrics, crate::handlers::openapi_json
     ),
     components(schemas(ErrorDoc)),
     modifiers(&Security)

@@ -1,0 +1,49 @@
+//! Probes, metrics and the OpenAPI document (§4.23, §4.24): no authentication.
+use super::prelude::*;
+
+#[utoipa::path(get, path = "/healthz", description = "Liveness (§4.23).", responses((status = 200, description = "OK")))]
+pub async fn healthz() -> Json<serde_json::Value> {
+    Json(json!({"status": "ok"}))
+}
+
+#[utoipa::path(get, path = "/readyz", description = "Readiness (§4.23): the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while it is read-only, in recovery or unreachable.", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take writes now")))]
+pub async fn readyz(State(s): State<AppState>) -> Response {
+    match tokio::time::timeout(Duration::from_secs(2), s.0.ledger.write_check()).await {
+        Ok(Ok(())) => Json(json!({"status": "ok"})).into_response(),
+        outcome => {
+            let cause = match outcome {
+                Ok(Err(e)) => e.to_string(),
+                _ => "timed out after 2s".to_string(),
+            };
+            tracing::warn!(event = "readyz_failed", cause = %cause, "readiness check failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(json!({"status": "unavailable"})),
+            )
+                .into_response()
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/metrics", description = "Prometheus exposition in the OpenMetrics text format (§9.1).", responses((status = 200, description = "OK")))]
+pub async fn metrics(State(s): State<AppState>) -> Response {
+    // prometheus-client writes OpenMetrics text (ending in `# EOF`): served as what it is.
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        {
+            s.0.metrics
+                .connections_retired(s.0.ledger.connections_retired());
+            s.0.metrics.edge(&s.0.edge);
+            s.0.metrics.render()
+        },
+    )
+        .into_response()
+}
+
+#[utoipa::path(get, path = "/openapi.json", description = "This document (§4.24).", responses((status = 200, description = "OK")))]
+pub async fn openapi_json(State(s): State<AppState>) -> Response {
+    Json(crate::openapi::document(&s.0.config.server.root_path)).into_response()
+}

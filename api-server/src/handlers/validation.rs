@@ -1,0 +1,102 @@
+//! Validation: start, metrics, the stage and target verdicts (§4.9–§4.11, §4.14, §4.21).
+use super::prelude::*;
+
+v1_operation! {
+    post "/v1/runs/{run_id}/validation/start", "Start stage validation; acknowledges the dispatch (§4.9).",
+    request_body = [crate::openapi::ValidationStartBody],
+    params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
+    ok = [ledger::StartOutcome];
+    pub async fn start_validation(
+        State(s): State<AppState>,
+        _c: NifiCaller,
+        req: Request,
+    ) -> ApiResult<StartOutcome> {
+        let mut input = Input::read(&s, req, BodyMode::Json).await?;
+        let run_id = input.run_id();
+        let body = input.with_body(requests::validation_start);
+        input.problems.check()?;
+        let (dispatch_id, node) = body.expect("validated");
+        Ok(Json(
+            s.0.ledger
+                .start_validation(run_id, dispatch_id, &node)
+                .await?,
+        ))
+    }
+}
+
+v1_operation! {
+    post "/v1/runs/{run_id}/validations", "Store STAGING or TARGET metrics (§4.10).",
+    request_body = [crate::openapi::MetricsBody],
+    params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
+    ok = [ledger::MetricsRecorded];
+    pub async fn store_metrics(
+        State(s): State<AppState>,
+        _c: NifiCaller,
+        req: Request,
+    ) -> ApiResult<MetricsRecorded> {
+        let mut input = Input::read(&s, req, BodyMode::Json).await?;
+        let run_id = input.run_id();
+        let body = input.with_body(requests::metrics).flatten();
+        input.problems.check()?;
+        let (stage, version, items) = body.expect("validated");
+        Ok(Json(
+            s.0.ledger
+                .store_metrics(run_id, stage, &version, &items)
+                .await?,
+        ))
+    }
+}
+
+v1_operation! {
+    get "/v1/runs/{run_id}/validations", "Stored metrics (§4.21).",
+    params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
+    ok = [crate::openapi::MetricList];
+    pub async fn list_metrics(
+        State(s): State<AppState>,
+        _c: ReadCaller,
+        req: Request,
+    ) -> ApiResult<crate::openapi::MetricList> {
+        let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+        let run_id = input.run_id();
+        input.problems.check()?;
+        Ok(Json(crate::openapi::MetricList {
+            metrics: s.0.ledger.metrics(run_id).await?,
+        }))
+    }
+}
+
+v1_operation! {
+    post "/v1/runs/{run_id}/stage-validated", "Judge the STAGING metrics (§4.11); no body.",
+    params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
+    ok = [ledger::StageVerdict];
+    pub async fn stage_validated(
+        State(s): State<AppState>,
+        _c: NifiCaller,
+        req: Request,
+    ) -> ApiResult<StageVerdict> {
+        let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
+        let run_id = input.run_id();
+        input.problems.check()?;
+        Ok(Json(s.0.ledger.stage_validated(run_id).await?))
+    }
+}
+
+v1_operation! {
+    post "/v1/runs/{run_id}/success", "Judge the TARGET metrics and finish (§4.14).",
+    request_body = [crate::openapi::SuccessBody],
+    params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
+    ok = [ledger::SuccessVerdict];
+    pub async fn succeed(
+        State(s): State<AppState>,
+        _c: NifiCaller,
+        req: Request,
+    ) -> ApiResult<SuccessVerdict> {
+        let mut input = Input::read(&s, req, BodyMode::Json).await?;
+        let run_id = input.run_id();
+        let target_count = input.with_body(requests::success);
+        input.problems.check()?;
+        Ok(Json(
+            s.0.ledger.succeed(run_id, target_count.flatten()).await?,
+        ))
+    }
+}
