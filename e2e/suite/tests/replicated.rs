@@ -84,6 +84,25 @@ impl Prober {
         }
     }
 
+    /// Waits (10 s at most) for a `/readyz` sample sent from now on to answer 200.
+    async fn ready_again(&self) -> bool {
+        let since = Instant::now();
+        let deadline = since + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if self
+                .readiness
+                .lock()
+                .unwrap()
+                .iter()
+                .any(|(t, s)| *t >= since && *s == 200)
+            {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        false
+    }
+
     /// Readiness samples from `fault` on: (not ready, ready again at the end).
     fn readiness_after(&self, fault: Instant) -> (usize, bool) {
         let r = self.readiness.lock().unwrap();
@@ -344,8 +363,8 @@ async fn a_read_only_address_for_15_seconds() {
     let moved = Instant::now();
     // The read-only connections are kept too: only retirement gets the pool off them.
     let report = probe.report_when_recovered(fault, moved).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (not_ready, ready_again) = probe.readiness_after(fault);
+    let ready_again = probe.ready_again().await;
+    let (not_ready, _) = probe.readiness_after(fault);
     assert!(
         not_ready >= 5,
         "/readyz failed while nothing could be written: {report}"
@@ -379,8 +398,8 @@ async fn the_synchronous_standby_gone_for_12_seconds() {
     let back = Instant::now();
     let streaming = case.pair.wait_streaming().await.unwrap();
     let report = probe.report_when_recovered(fault, back).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    let (not_ready, ready_again) = probe.readiness_after(fault);
+    let ready_again = probe.ready_again().await;
+    let (not_ready, _) = probe.readiness_after(fault);
     assert!(
         not_ready >= 2, // each failing probe takes its 2 s bound: a handful fit in 12 s
         "/readyz failed while commits waited: {report}"
