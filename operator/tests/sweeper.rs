@@ -468,40 +468,20 @@ async fn a_run_with_nothing_due_is_not_held_for_the_tick() {
     for run in [patient, due] {
         env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
     }
-    let mut db = env.conn().await;
-    for ddl in [
-        "CREATE TABLE public.lock_probe (classid bigint, objid bigint, objsubid int)",
-        "CREATE FUNCTION public.probe_locks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-           INSERT INTO public.lock_probe SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks \
-            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted; RETURN NEW; END $$",
-        "CREATE TRIGGER probe BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
-           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.probe_locks()",
-    ] {
-        sqlx::query(ddl).execute(&mut db).await.unwrap();
-    }
+    let mut db = install_lock_probe(&env).await;
     let report = sweep(&env).await;
     assert_eq!(
         report.actions.get("timeout_stale_partition"),
         Some(&1),
         "{report:?}"
     );
-    // The run lock key (two int4 halves of the run id's folded hash), as pg_locks shows it.
-    let key = |run: Uuid| {
-        let b = run.as_u128();
-        let h = (b >> 64) as u64 ^ b as u64;
-        (((h >> 32) as u32) as i64, (h as u32) as i64)
-    };
-    let held: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT classid, objid FROM public.lock_probe WHERE objsubid = 2")
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
+    let held = held_run_locks(&mut db).await;
     assert!(
-        held.contains(&key(due)),
+        held.contains(&run_lock_key(due)),
         "the probe sees the run being timed out: {held:?}"
     );
     assert!(
-        !held.contains(&key(patient)),
+        !held.contains(&run_lock_key(patient)),
         "a run with nothing due was held for the tick"
     );
     assert_eq!(
@@ -523,7 +503,6 @@ async fn a_run_with_nothing_due_is_not_held_for_the_tick() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
     use sqlx::Connection;
-    use std::time::Duration;
     let env = Env::start(|_| {}).await;
     let (run, _) = env.extracting("R", &[3, 3]).await;
     // Partition 0001 was given up and reissued: RETRY with a SENT REISSUE_PARTITION row, and a
@@ -559,31 +538,12 @@ async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
             .await
     });
     // Wait until the claim is blocked on the dispatch row.
-    let mut probe = env.conn().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'UPDATE nifi_ops.load_dispatch SET status = ''ACKED''%'",
-        )
-        .fetch_one(&mut probe)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the claim never waited for the ack"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut ptx = probe.begin().await.unwrap();
-    let locked =
-        sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE NOWAIT")
-            .bind(run)
-            .execute(&mut *ptx)
-            .await;
-    ptx.rollback().await.unwrap();
+    await_waiting(
+        &env,
+        "wait_event_type = 'Lock' AND query LIKE 'UPDATE nifi_ops.load_dispatch SET status = ''ACKED''%'",
+    )
+    .await;
+    let locked = run_row_lockable(&env, run).await;
     assert!(
         locked.is_ok(),
         "the waiting claim holds the run row: {:?}",
@@ -679,8 +639,6 @@ async fn a_report_to_a_finished_run_keeps_its_heartbeat() {
 /// row can be locked FOR NO KEY UPDATE NOWAIT.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_completing_chunk_takes_the_run_row_last() {
-    use sqlx::Connection;
-    use std::time::Duration;
     let env = Env::start(|_| {}).await;
     let (run, tokens) = env.extracting("C", &[2]).await;
     let path = |i: i32| format!("/data/JOB/run_id={run}/p=0000/part-{i}.parquet");
@@ -706,31 +664,8 @@ async fn a_completing_chunk_takes_the_run_row_last() {
     let ledger = env.ledger.clone();
     let last = chunk(tokens[0], 1, 2, &path(1), 1);
     let report = tokio::spawn(async move { ledger.report_chunk(run, "0000", &last).await });
-    let mut probe = env.conn().await;
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let (waiting,): (i64,) = sqlx::query_as(
-            "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'advisory' AND pid <> pg_backend_pid()",
-        )
-        .fetch_one(&mut probe)
-        .await
-        .unwrap();
-        if waiting == 1 {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the success never reached its event"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let mut ptx = probe.begin().await.unwrap();
-    let locked =
-        sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE NOWAIT")
-            .bind(run)
-            .execute(&mut *ptx)
-            .await;
-    ptx.rollback().await.unwrap();
+    await_waiting(&env, "wait_event = 'advisory' AND pid <> pg_backend_pid()").await;
+    let locked = run_row_lockable(&env, run).await;
     sqlx::query("SELECT pg_advisory_unlock(4242)")
         .execute(&mut admin)
         .await
@@ -763,17 +698,7 @@ async fn a_run_the_sweeper_could_not_lock_is_let_go_at_once() {
         busy,
     )
     .await;
-    let mut db = env.conn().await;
-    for ddl in [
-        "CREATE TABLE public.lock_probe (classid bigint, objid bigint, objsubid int)",
-        "CREATE FUNCTION public.probe_locks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
-           INSERT INTO public.lock_probe SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks \
-            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted; RETURN NEW; END $$",
-        "CREATE TRIGGER probe BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
-           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.probe_locks()",
-    ] {
-        sqlx::query(ddl).execute(&mut db).await.unwrap();
-    }
+    let mut db = install_lock_probe(&env).await;
     let mut holder = env.conn().await;
     let mut tx = holder.begin().await.unwrap();
     sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE")
@@ -788,19 +713,79 @@ async fn a_run_the_sweeper_could_not_lock_is_let_go_at_once() {
         Some(&1),
         "DUE timed out, BUSY skipped: {report:?}"
     );
-    let key = |run: Uuid| {
-        let b = run.as_u128();
-        let h = (b >> 64) as u64 ^ b as u64;
-        (((h >> 32) as u32) as i64, (h as u32) as i64)
-    };
-    let held: Vec<(i64, i64)> =
-        sqlx::query_as("SELECT classid, objid FROM public.lock_probe WHERE objsubid = 2")
-            .fetch_all(&mut db)
-            .await
-            .unwrap();
-    assert!(held.contains(&key(due)), "the probe ran: {held:?}");
+    let held = held_run_locks(&mut db).await;
+    assert!(held.contains(&run_lock_key(due)), "the probe ran: {held:?}");
     assert!(
-        !held.contains(&key(busy)),
+        !held.contains(&run_lock_key(busy)),
         "the run the sweeper could not lock stayed locked for the tick"
     );
+}
+
+/// A trigger that records, on each RUN_TIMED_OUT event, the advisory locks its transaction holds:
+/// what a sweeper tick holds at that point.
+async fn install_lock_probe(env: &Env) -> sqlx::PgConnection {
+    let mut db = env.conn().await;
+    for ddl in [
+        "CREATE TABLE public.lock_probe (classid bigint, objid bigint, objsubid int)",
+        "CREATE FUNCTION public.probe_locks() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           INSERT INTO public.lock_probe SELECT classid::bigint, objid::bigint, objsubid FROM pg_locks \
+            WHERE locktype = 'advisory' AND pid = pg_backend_pid() AND granted; RETURN NEW; END $$",
+        "CREATE TRIGGER probe BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
+           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.probe_locks()",
+    ] {
+        sqlx::query(ddl).execute(&mut db).await.unwrap();
+    }
+    db
+}
+
+/// The two-int4 run lock keys the probe saw.
+async fn held_run_locks(db: &mut sqlx::PgConnection) -> Vec<(i64, i64)> {
+    sqlx::query_as("SELECT classid, objid FROM public.lock_probe WHERE objsubid = 2")
+        .fetch_all(db)
+        .await
+        .unwrap()
+}
+
+/// The run lock key (two int4 halves of the run id's folded hash), as pg_locks shows it.
+fn run_lock_key(run: Uuid) -> (i64, i64) {
+    let b = run.as_u128();
+    let h = (b >> 64) as u64 ^ b as u64;
+    (((h >> 32) as u32) as i64, (h as u32) as i64)
+}
+
+/// Waits (10 s at most) until one backend matches `condition` of pg_stat_activity.
+async fn await_waiting(env: &Env, condition: &str) {
+    let mut probe = env.conn().await;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (waiting,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+            "SELECT count(*) FROM pg_stat_activity WHERE {condition}"
+        )))
+        .fetch_one(&mut probe)
+        .await
+        .unwrap();
+        if waiting == 1 {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing came to wait: {condition}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
+/// Whether another transaction could take the run row FOR NO KEY UPDATE right now (NOWAIT).
+async fn run_row_lockable(env: &Env, run: Uuid) -> Result<(), sqlx::Error> {
+    use sqlx::Connection;
+    let mut probe = env.conn().await;
+    let mut tx = probe.begin().await.unwrap();
+    let locked =
+        sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE NOWAIT")
+            .bind(run)
+            .execute(&mut *tx)
+            .await
+            .map(|_| ());
+    tx.rollback().await.unwrap();
+    locked
 }

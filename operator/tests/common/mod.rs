@@ -8,7 +8,7 @@ use axum::response::IntoResponse;
 use lcconfig::config::Config;
 use lcoperator::dispatcher::{Dispatcher, DispatcherConfig};
 use lcoperator::metrics::Metrics;
-use ledger::{ChunkReport, Fence, Ledger, LedgerConfig, Manifest, ManifestPartition, NewRun};
+use ledger::{ChunkReport, Fence, Ledger, LedgerConfig, Manifest, ManifestPartition};
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -195,14 +195,7 @@ impl Env {
     pub async fn extracting(&self, bk: &str, rows: &[i64]) -> (Uuid, Vec<Uuid>) {
         let run = self
             .ledger
-            .create_run(&NewRun {
-                job_key: "JOB".into(),
-                business_key: bk.into(),
-                hdfs_root: "/data".into(),
-                stage_table_prefix: "t_".into(),
-                allow_empty_source: false,
-                parameters: Default::default(),
-            })
+            .create_run(&testkit::new_run(bk))
             .await
             .unwrap()
             .run_id;
