@@ -34,8 +34,8 @@ pub struct Metrics {
     connections_open: prometheus_client::metrics::gauge::Gauge,
     connections_refused: Counter,
     connections_idle_closed: Counter,
-    /// Serializes the catch-up of `connections_retired` from the ledger's own count.
-    retired_sync: std::sync::Mutex<()>,
+    /// Serializes the catch-up of the counters kept elsewhere (`catch_up`).
+    catch_up_lock: std::sync::Mutex<()>,
 }
 
 impl Default for Metrics {
@@ -101,7 +101,7 @@ impl Default for Metrics {
             connections_open,
             connections_refused,
             connections_idle_closed,
-            retired_sync: Default::default(),
+            catch_up_lock: Default::default(),
         }
     }
 }
@@ -131,14 +131,14 @@ impl Metrics {
 
     /// Brings `lca_db_connections_retired` up to the ledger's count.
     pub fn connections_retired(&self, total: u64) {
-        let _one_at_a_time = self.retired_sync.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self.catch_up_lock.lock().unwrap_or_else(|p| p.into_inner());
         catch_up(&self.connections_retired, total);
     }
 
     /// Brings the edge's connection figures up to `stats`.
     pub fn edge(&self, stats: &crate::edge::EdgeStats) {
         use std::sync::atomic::Ordering::Relaxed;
-        let _one_at_a_time = self.retired_sync.lock().unwrap_or_else(|p| p.into_inner());
+        let _one_at_a_time = self.catch_up_lock.lock().unwrap_or_else(|p| p.into_inner());
         self.connections_open.set(stats.open.load(Relaxed) as i64);
         catch_up(&self.connections_refused, stats.refused.load(Relaxed));
         catch_up(

@@ -70,17 +70,17 @@ impl Ledger {
         self
     }
 
-    /// Opens a pool of `size` connections (+ `overflow` opened on demand and closed when idle).
+    /// Opens a pool of `size` connections (+ `overflow` opened on demand and closed when idle):
+    /// the lazy pool, and one connection made now, so that an unreachable database is an error.
     pub async fn connect(
         url: &str,
         size: u32,
         overflow: u32,
         config: LedgerConfig,
     ) -> LedgerResult<Self> {
-        let retirement = Retirement::default();
-        let (options, connect) = Self::pool_options(url, size, overflow, &config, &retirement)?;
-        let pool = options.connect_with(connect).await?;
-        Ok(Ledger::with_retirement(pool, config, retirement))
+        let ledger = Self::connect_lazy(url, size, overflow, config)?;
+        drop(ledger.pool.acquire().await?);
+        Ok(ledger)
     }
 
     /// The same pool, connecting in the background: a database that is not there yet (a process
@@ -130,11 +130,13 @@ impl Ledger {
 
     /// Retires the pool's connections when `e` says their server cannot take writes now.
     pub(crate) fn observe_error(&self, e: &LedgerError) {
-        if let LedgerError::Database(db) = e {
-            let fault = DatabaseFault::of(db);
-            if fault.retires_connections() {
-                self.retirement.retire_all(fault);
-            }
+        let fault = match e {
+            LedgerError::Database(db) => DatabaseFault::of(db),
+            LedgerError::Unwritable(_) => DatabaseFault::ReadOnly,
+            _ => return,
+        };
+        if fault.retires_connections() {
+            self.retirement.retire_all(fault);
         }
     }
 
@@ -163,9 +165,6 @@ impl Ledger {
         .await;
         if let Err(e) = &outcome {
             self.observe_error(e);
-            if matches!(e, LedgerError::Unwritable(_)) {
-                self.retirement.retire_all(DatabaseFault::ReadOnly);
-            }
         }
         outcome
     }

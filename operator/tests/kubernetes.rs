@@ -589,6 +589,14 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
 }
 
 /// `helm template` of the chart with `--set` values; the rendered YAML.
+/// `helm template` of the chart with one `--set` that the chart must refuse: helm's output.
+fn template_refused(set: &str) -> std::process::Output {
+    kubetest::helm_offline()
+        .args(["template", "lc", &chart_dir(), "--set", set])
+        .output()
+        .unwrap()
+}
+
 /// `helm template` of the chart with `sets`, as YAML documents.
 fn template_docs(sets: &[&str]) -> Vec<serde_yaml::Value> {
     template(kubetest::helm_offline(), "lc", "ns", sets)
@@ -1147,17 +1155,7 @@ fn the_chart_takes_credentials_from_secrets_only() {
         "LC_PROBE_TOKEN"
     );
     // A secret in the values' config is refused, naming where it belongs.
-    let mut helm = kubetest::helm_offline();
-    let refused = helm
-        .args([
-            "template",
-            "lc",
-            &chart_dir(),
-            "--set",
-            "config.nifi.signing_secret=oops",
-        ])
-        .output()
-        .unwrap();
+    let refused = template_refused("config.nifi.signing_secret=oops");
     assert!(!refused.status.success());
     assert!(
         String::from_utf8_lossy(&refused.stderr).contains("secrets.signingSecret"),
@@ -1229,17 +1227,7 @@ fn the_chart_connects_to_a_managed_ledger_with_its_ca() {
     let plain = template(kubetest::helm_offline(), "lc", "ns", &[]);
     assert!(!plain.contains("PGSSLROOTCERT") && !plain.contains("database-ca"));
     // An sslmode libpq does not know fails the install.
-    let mut helm = kubetest::helm_offline();
-    let refused = helm
-        .args([
-            "template",
-            "lc",
-            &chart_dir(),
-            "--set",
-            "database.tls.sslMode=verify",
-        ])
-        .output()
-        .unwrap();
+    let refused = template_refused("database.tls.sslMode=verify");
     assert!(!refused.status.success());
 }
 
