@@ -33,9 +33,9 @@ pub struct CreateRunBody {
     pub hdfs_root: String,
     #[schema(pattern = r"^[A-Za-z_][A-Za-z0-9_]{0,60}$")]
     pub stage_table_prefix: String,
-    #[schema(default = false)]
+    #[schema(default = false, nullable = false)]
     pub allow_empty_source: Option<bool>,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = false, default = json!({}))]
     pub parameters: Option<Value>,
 }
 
@@ -48,7 +48,9 @@ pub struct ManifestPartitionBody {
     pub lower_bound: Option<String>,
     #[schema(pattern = r"^-?[0-9]{1,38}$")]
     pub upper_bound: Option<String>,
+    #[schema(default = false, nullable = false)]
     pub upper_inclusive: Option<bool>,
+    #[schema(default = false, nullable = false)]
     pub is_null_partition: Option<bool>,
     #[schema(minimum = 0)]
     pub expected_row_count: i64,
@@ -61,7 +63,7 @@ pub struct ManifestBody {
     pub snapshot_scn: Option<String>,
     #[schema(minimum = 0)]
     pub source_count: i64,
-    #[schema(minimum = 0)]
+    #[schema(minimum = 0, default = 0, nullable = false)]
     pub source_null_split_count: Option<i64>,
     #[schema(pattern = r"^-?[0-9]{1,38}$")]
     pub source_min_split: Option<String>,
@@ -69,9 +71,9 @@ pub struct ManifestBody {
     pub source_max_split: Option<String>,
     #[schema(minimum = 1, maximum = 10000)]
     pub planned_partition_count: i64,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = false, default = json!({}))]
     pub source_metrics: Option<Value>,
-    #[schema(max_length = 50)]
+    #[schema(max_length = 50, default = "v1", nullable = false)]
     pub source_metrics_version: Option<String>,
     #[schema(min_items = 1, max_items = 10000)]
     pub partitions: Vec<ManifestPartitionBody>,
@@ -86,7 +88,7 @@ pub struct RunFailBody {
     pub error_stage: String,
     #[schema(max_length = 100)]
     pub error_code: String,
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, default = "", nullable = false)]
     pub message: Option<String>,
 }
 
@@ -126,7 +128,7 @@ pub struct PartitionFailBody {
     pub error_class: String,
     #[schema(max_length = 100)]
     pub error_code: String,
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, default = "", nullable = false)]
     pub message: Option<String>,
     #[schema(minimum = 0, maximum = 2147483647)]
     pub attempt: Option<i64>,
@@ -136,7 +138,7 @@ pub struct PartitionFailBody {
 #[serde(rename_all = "camelCase")]
 pub struct ValidationStartBody {
     pub dispatch_id: uuid::Uuid,
-    #[schema(max_length = 200)]
+    #[schema(max_length = 200, default = "", nullable = false)]
     pub node: Option<String>,
 }
 
@@ -153,7 +155,7 @@ pub struct MetricBody {
     pub tolerance: Option<String>,
     #[schema(pattern = "^(PASS|FAIL|WARN)$")]
     pub result: String,
-    #[schema(value_type = Object)]
+    #[schema(value_type = Object, required = false, default = json!({}))]
     pub details: Option<Value>,
 }
 
@@ -162,7 +164,7 @@ pub struct MetricBody {
 pub struct MetricsBody {
     #[schema(pattern = "^(STAGING|TARGET)$")]
     pub stage: String,
-    #[schema(max_length = 50)]
+    #[schema(max_length = 50, default = "v1", nullable = false)]
     pub query_version: Option<String>,
     #[schema(min_items = 1, max_items = 500)]
     pub metrics: Vec<MetricBody>,
@@ -182,7 +184,7 @@ pub struct PublishResultBody {
     pub outcome: String,
     #[schema(max_length = 100)]
     pub error_code: Option<String>,
-    #[schema(max_length = 2000)]
+    #[schema(max_length = 2000, default = "", nullable = false)]
     pub message: Option<String>,
 }
 

@@ -1,24 +1,42 @@
-"""Schema-driven fuzzing of a running load-control API from its own OpenAPI document.
+"""Fuzzing of a running load-control API that reaches every handler, from its own OpenAPI document.
 
-Run by scripts/fuzz-api, which starts PostgreSQL and the api-server binary. For every operation of
-/openapi.json, schemathesis generates requests (valid and invalid against the schema) and sends
-each with one of several credentials: the right token, the other role's token, none, a Basic
-header and an unknown bearer token. Path parameters point at real runs, partitions and dispatches
-half of the time, so requests reach the ledger instead of stopping at 404.
+Run by scripts/fuzz-api, which starts PostgreSQL and the api-server binary. Three phases:
 
-Every response is checked:
-  * no 5xx;
-  * the status code is one the document declares for the operation, the content type is the
-    declared one, and the body matches the declared schema;
-  * a rejected request (4xx) changed nothing in the ledger. Rejected requests that took no
-    transaction id are unchanged by construction; for those that did (a write rolled back), the
-    ledger's digest is compared before and after.
+1. **Lifecycles** (a state machine of our own): runs are driven through whole lifecycles with
+   live claim tokens, dispatch ids and publish tokens, taking every branch (success, partition
+   failure, run failure, cancel and resend, invalid manifest, two publish claimants, each publish
+   outcome, PUBLISH_UNKNOWN resolved both ways, cleanup). Before each step is taken:
+   * its valid request is mutated once per field into data the document declares invalid
+     (removed required field, unknown field, camelCase and snake_case together, wrong type, out of
+     range, too long or too short, pattern broken, null where not nullable), plus a malformed
+     body, a wrong content type and malformed path parameters: every one must be refused (4xx);
+     an accepted one is a **negative-data failure**;
+   * stale and foreign inputs the schema allows (another claim or publish token, a chunk index
+     out of range, a path outside the run, another run's dispatch, an unknown run) must get the
+     refusal the contract names;
+   * the valid request with no, unknown, Basic or the other role's credentials must get 401/403.
+   Then the step itself must be accepted with the decision the contract gives, and its replay must
+   give what CONTRACT §3.8 says.
+2. **Schema fuzzing** (schemathesis, positive and negative generation): path parameters point at
+   the runs of phase 1 (every state), and claim tokens, publish tokens, dispatch ids and chunk
+   paths are replaced by live ones half of the time, so generated bodies reach the chunk gate and
+   the publish CAS instead of stopping at a 409.
+3. **Coverage, asserted**: every operation that takes input must have had accepted (2xx) and
+   refused (4xx) requests past authentication, at least MIN_EACH of each.
+
+Every response, in every phase, is checked: no 5xx; status, content type and body as the document
+declares; a refused request (4xx) changed nothing in the ledger (rows digested before and after
+whenever a transaction id was taken), except the one refusal the contract says commits (an invalid
+manifest fails its run, §4.2 step 4).
 
 Prints one JSON line per operation and a summary line; exits 1 when any check failed.
 """
 
 import argparse
+import copy
 import json
+import random
+import re
 import sys
 import time
 import uuid
@@ -54,9 +72,41 @@ LEDGER_TABLES = [
     "leader_epoch",
 ]
 
+# Operations without input (no parameters, no body, no authentication): they cannot refuse
+# anything, so only acceptance is asserted for them.
+NO_INPUT = {"GET /healthz", "GET /readyz", "GET /metrics", "GET /openapi.json"}
+MIN_EACH = 5
+
+CREATE = "POST /v1/runs"
+LIST = "GET /v1/runs"
+DETAIL = "GET /v1/runs/{run_id}"
+MANIFEST = "POST /v1/runs/{run_id}/manifest"
+RUN_FAIL = "POST /v1/runs/{run_id}/fail"
+CLAIM = "POST /v1/runs/{run_id}/partitions/{partition_id}/claim"
+CHUNK = "POST /v1/runs/{run_id}/partitions/{partition_id}/chunks"
+PART_FAIL = "POST /v1/runs/{run_id}/partitions/{partition_id}/fail"
+START = "POST /v1/runs/{run_id}/validation/start"
+METRICS = "POST /v1/runs/{run_id}/validations"
+LIST_METRICS = "GET /v1/runs/{run_id}/validations"
+EVENTS = "GET /v1/runs/{run_id}/events"
+STAGE_OK = "POST /v1/runs/{run_id}/stage-validated"
+PUB_CLAIM = "POST /v1/runs/{run_id}/publish/claim"
+PUB_RESULT = "POST /v1/runs/{run_id}/publish/result"
+SUCCESS = "POST /v1/runs/{run_id}/success"
+RESEND = "POST /v1/runs/{run_id}/dispatches/{dispatch_id}/resend"
+RESOLVE = "POST /v1/runs/{run_id}/publish-unknown/resolve"
+CANCEL = "POST /v1/runs/{run_id}/cancel"
+CANDIDATES = "GET /v1/cleanup/candidates"
+CLEANUP = "POST /v1/runs/{run_id}/cleanup"
+SUMMARY = "GET /v1/monitor/summary"
+
+# A refusal the contract says commits: the invalid manifest fails its run (§4.2 step 4).
+COMMITTING_REFUSALS = {(MANIFEST, "MANIFEST_INVALID")}
+UNSET = object()
+
 
 class Ledger:
-    """Reads the ledger directly: a digest of every row, and the next transaction id."""
+    """Reads the ledger directly: a digest of every row, the next transaction id, dispatch ids."""
 
     def __init__(self, url):
         self.conn = psycopg.connect(url, autocommit=True)
@@ -78,86 +128,677 @@ class Ledger:
             parts.append(f"{table}:{row[0]}:{row[1]}")
         return ";".join(parts)
 
-
-def post(api, token, path, body):
-    response = requests.post(
-        api + path,
-        json=body,
-        headers={"Authorization": f"Bearer {token}"},
-        timeout=30,
-    )
-    if response.status_code >= 300:
-        raise SystemExit(f"setup: POST {path}: {response.status_code} {response.text}")
-    return response.json()
+    def dispatch(self, run_id, kind="VALIDATE_RUN"):
+        """The run's dispatch id and status: what PG-05 receives in X-Dispatch-Id."""
+        row = self.conn.execute(
+            "SELECT dispatch_id::text, status FROM nifi_ops.load_dispatch "
+            "WHERE run_id = %s AND dispatch_type = %s ORDER BY created_at DESC LIMIT 1",
+            (run_id, kind),
+        ).fetchone()
+        return row if row else (None, None)
 
 
-def seed(api, nifi, ledger):
-    """Runs in three states, so that fuzzed path parameters reach real rows: CREATED, EXTRACTING
-    with a claimed partition, and EXTRACTED_VALIDATED with its VALIDATE_RUN dispatch."""
-    partitions = ["0000", "0001"]
-    created = [
-        post(api, nifi, "/v1/runs", {
-            "jobKey": "FUZZ_JOB",
-            "businessKey": f"fuzz-{i}-{uuid.uuid4()}",
-            "hdfsRoot": "/data/fuzz/",
-            "stageTablePrefix": "tmp_fuzz_",
+def snake(name):
+    return re.sub(r"([A-Z])", lambda m: "_" + m.group(1).lower(), name)
+
+
+class Document:
+    """The OpenAPI document: resolves references and derives invalid variants of valid input."""
+
+    def __init__(self, raw):
+        self.raw = raw
+
+    def resolve(self, schema):
+        while isinstance(schema, dict) and "$ref" in schema:
+            name = schema["$ref"].rsplit("/", 1)[1]
+            schema = self.raw["components"]["schemas"][name]
+        return schema
+
+    def body_schema(self, operation):
+        body = operation.definition.raw.get("requestBody")
+        if not body:
+            return None
+        return self.resolve(body["content"]["application/json"]["schema"])
+
+    def invalid_values(self, schema, value):
+        """Values the document declares invalid for a field of this schema (contract leniency
+        kept in mind: strings accept JSON numbers, integers accept decimal strings, booleans
+        accept a few words and 0/1)."""
+        schema = self.resolve(schema)
+        types = schema.get("type", "string")
+        types = types if isinstance(types, list) else [types]
+        out = []
+        if "null" not in types:
+            out.append(("null", None))
+        if "enum" in schema:
+            out.append(("enum", str(value).lower() + "x"))
+        if "integer" in types:
+            out += [("type", "x7"), ("type", True), ("fraction", 1.5), ("range", 2**63)]
+            if "minimum" in schema:
+                out.append(("minimum", schema["minimum"] - 1))
+            if "maximum" in schema:
+                out.append(("maximum", schema["maximum"] + 1))
+        elif "boolean" in types:
+            out += [("type", "maybe"), ("type", 2), ("type", [])]
+        elif "array" in types:
+            out.append(("type", "x"))
+            if schema.get("minItems", 0) >= 1:
+                out.append(("minItems", []))
+        elif "object" in types:
+            out += [("type", "x"), ("type", [])]
+        elif "string" in types:
+            out += [("type", True), ("type", {}), ("type", [])]
+            if schema.get("format") == "uuid":
+                out.append(("format", "not-a-uuid"))
+            if "maxLength" in schema:
+                out.append(("maxLength", "a" * (schema["maxLength"] + 1)))
+            if schema.get("minLength", 0) > 0:
+                out.append(("minLength", "a" * (schema["minLength"] - 1)))
+            if "pattern" in schema and isinstance(value, str):
+                pattern = re.compile(schema["pattern"])
+                for candidate in (value.lower(), value + "!", "!", "a b", ""):
+                    if candidate != value and not pattern.search(candidate):
+                        out.append(("pattern", candidate))
+                        break
+        return out
+
+    def body_mutants(self, schema, body, path=""):
+        """(description, body) for every invalid variant of a valid body, one change each."""
+        schema = self.resolve(schema)
+        out = []
+        if path == "":
+            out.append(("unknown field", {**body, "fuzzUnknownField": 1}))
+        required = set(schema.get("required", []))
+        for name, value in body.items():
+            if name not in schema.get("properties", {}):
+                continue
+            field = self.resolve(schema["properties"][name])
+            where = f"{path}{name}"
+            if name in required and "default" not in field:
+                out.append((f"{where}: required, removed", {k: v for k, v in body.items() if k != name}))
+            if snake(name) != name:
+                out.append((f"{where}: under both names", {**body, snake(name): value}))
+            for why, bad in self.invalid_values(field, value):
+                out.append((f"{where}: {why} {json.dumps(bad)[:40]}", {**body, name: bad}))
+            items = self.resolve(field.get("items", {}))
+            if isinstance(value, list) and value and isinstance(value[0], dict) and items.get("properties"):
+                for why, bad_item in self.body_mutants(items, value[0], f"{where}[0].")[:40]:
+                    out.append((why, {**body, name: [bad_item] + value[1:]}))
+        return out
+
+    def query_mutants(self, operation, query):
+        out = []
+        for param in operation.definition.raw.get("parameters", []):
+            if param["in"] != "query":
+                continue
+            for why, bad in self.invalid_values(param["schema"], query.get(param["name"], "")):
+                if bad is None or isinstance(bad, (dict, list, bool)):
+                    continue  # a query string has no null, object or boolean
+                out.append((f"?{param['name']}: {why}", {**query, param["name"]: bad}))
+        return out
+
+
+class Run:
+    """What the fuzzer knows of one run: its status and the live tokens its callers hold."""
+
+    def __init__(self, created):
+        self.id = created["runId"]
+        self.path = created["hdfsRunPath"]
+        self.status = created["status"]
+        self.partitions = {}  # pid -> {"expected": rows, "token": uuid or None, "done": bool}
+        self.publish_token = None
+        self.dispatch = None
+        self.cleaned = False
+
+
+class Fuzzer:
+    def __init__(self, args, ledger, schema, document):
+        self.api = args.api
+        self.tokens = {"nifi": args.nifi_token, "operator": args.operator_token}
+        self.ledger = ledger
+        self.document = document
+        self.operations = {op.label: op for op in (r.ok() for r in schema.get_all_operations())}
+        self.session = requests.Session()
+        self.rng = random.Random(20261202)
+        self.stats = {label: {"operation": label, "cases": 0, "accepted": 0, "refused": 0,
+                              "frontDoor": 0, "negativeRefused": 0, "statuses": {}}
+                      for label in self.operations}
+        self.failures = []
+        self.state = {"xid": ledger.next_xid(), "digest": ledger.digest()}
+        self.runs = []
+        self.serial = 0
+
+    # ---- sending and checking ------------------------------------------------------------------
+
+    def roles(self, label):
+        return self.operations[label].definition.raw.get("x-roles", [])
+
+    def headers(self, cred):
+        if cred == "none":
+            return {}
+        if cred == "basic":
+            return {"Authorization": "Basic dXNlcjpwYXNz"}
+        if cred == "unknown":
+            return {"Authorization": f"Bearer {uuid.uuid4()}"}
+        return {"Authorization": f"Bearer {self.tokens[cred]}"}
+
+    def role_for(self, label):
+        roles = self.roles(label)
+        return roles[0] if roles else "none"
+
+    def fail(self, label, problem, request, response=None):
+        self.failures.append({
+            "operation": label, "problem": problem, "request": request,
+            "status": None if response is None else response.status_code,
+            "response": None if response is None else response.text[:300],
         })
-        for i in range(3)
-    ]
-    manifest = {
-        "snapshotScn": "42",
-        "sourceCount": "10",
-        "plannedPartitionCount": "2",
-        "partitions": [
-            {"partitionId": "0000", "lowerBound": "0", "upperBound": "5", "upperInclusive": "false",
-             "expectedRowCount": "5"},
-            {"partitionId": "0001", "lowerBound": "5", "upperBound": "10", "upperInclusive": "true",
-             "expectedRowCount": "5"},
-        ],
-    }
-    for run in created[1:]:
-        run_id = run["runId"]
-        post(api, nifi, f"/v1/runs/{run_id}/manifest", manifest)
-        claimed = partitions if run is created[2] else partitions[:1]
-        for p in claimed:
-            token = str(uuid.uuid4())
-            post(api, nifi, f"/v1/runs/{run_id}/partitions/{p}/claim",
-                 {"claimToken": token, "workerNode": "fuzz-01"})
-            if run is created[2]:
-                post(api, nifi, f"/v1/runs/{run_id}/partitions/{p}/chunks", {
-                    "claimToken": token, "chunkIndex": 0, "chunkCount": 1,
-                    "hdfsPath": f"{run['hdfsRunPath']}/p={p}/part-0.parquet",
-                    "recordCount": 5, "byteCount": 100})
-    dispatches = [
-        str(row[0])
-        for row in ledger.conn.execute("SELECT dispatch_id FROM nifi_ops.load_dispatch")
-    ]
-    if not dispatches:
-        raise SystemExit("setup: the completed run has no VALIDATE_RUN dispatch")
-    return {"run_id": [r["runId"] for r in created], "partition_id": partitions,
-            "dispatch_id": dispatches}
 
+    def send(self, label, path=None, body=UNSET, query=None, cred=None, raw=None, why="valid"):
+        """Sends one request and runs every check on its response; returns the response."""
+        operation = self.operations[label]
+        cred = cred or self.role_for(label)
+        headers = self.headers(cred)
+        before = self.ledger.next_xid()
+        if self.state["digest"] is None or before != self.state["xid"]:
+            self.state["digest"] = self.ledger.digest()
+        request = {"why": why, "path": path, "query": query, "cred": cred,
+                   "body": raw if raw is not None else (None if body is UNSET else body)}
+        problems = []
+        if raw is not None:  # a body schemathesis cannot express: raw bytes and a content type
+            url = self.api + operation.path.format(**(path or {}))
+            response = self.session.post(url, data=raw[1], timeout=30,
+                                         headers={**headers, "Content-Type": raw[0]})
+            if response.status_code >= 500:
+                problems.append("server error")
+        else:
+            kwargs = {"path_parameters": path or {}, "query": query or {}}
+            if body is not UNSET:
+                kwargs["body"] = body
+                kwargs["media_type"] = "application/json"
+            case = operation.Case(**kwargs)
+            response = case.call(base_url=self.api, session=self.session, headers=headers)
+            problems += self.conformance(case, response, headers)
+        self.account(label, response, cred, problems, request, before)
+        self.last_request = request
+        return response
 
-def credentials(nifi, operator, roles):
-    """(name, headers) for one operation: each role's token (allowed or not), none, a Basic header
-    and an unknown bearer token."""
-    variants = [
-        ("none", {}),
-        ("basic", {"Authorization": "Basic dXNlcjpwYXNz"}),
-        ("unknown", {"Authorization": f"Bearer {uuid.uuid4()}"}),
-    ]
-    if roles:
-        variants += [
-            ("nifi" + ("" if "nifi" in roles else "-wrong-role"), {"Authorization": f"Bearer {nifi}"}),
-            ("operator" + ("" if "operator" in roles else "-wrong-role"),
-             {"Authorization": f"Bearer {operator}"}),
+    def sent(self, *args, **kwargs):
+        """`send`, answering the response with the request it answered."""
+        response = self.send(*args, **kwargs)
+        return response, self.last_request
+
+    def conformance(self, case, response, headers):
+        try:
+            case.validate_response(response, checks=CHECKS, headers=headers)
+        except BaseExceptionGroup as group:  # schemathesis: one group, every failure
+            return [" ".join(str(e).split())[:400] for e in group.exceptions]
+        except AssertionError as error:
+            return [" ".join(str(error).split())[:400]]
+        return []
+
+    def account(self, label, response, cred, problems, request, before):
+        status = response.status_code
+        stats = self.stats[label]
+        stats["cases"] += 1
+        stats["statuses"][str(status)] = stats["statuses"].get(str(status), 0) + 1
+        if status in (401, 403):
+            stats["frontDoor"] += 1
+        elif cred in self.roles(label) or not self.roles(label):
+            if 200 <= status < 300:
+                stats["accepted"] += 1
+            elif 400 <= status < 500:
+                stats["refused"] += 1
+        after = self.ledger.next_xid()
+        self.state["xid"] = after
+        if 400 <= status < 500:
+            code = None
+            try:
+                code = response.json().get("code")
+            except ValueError:
+                problems.append("a refusal without a JSON error body")
+            if after != before:
+                now = self.ledger.digest()
+                if now != self.state["digest"] and (label, code) not in COMMITTING_REFUSALS:
+                    problems.append("a refused request changed the ledger")
+                self.state["digest"] = now
+        elif after != before:
+            self.state["digest"] = None  # written: the next request needs a new digest
+        for problem in problems:
+            self.fail(label, problem, request, response)
+
+    def expect(self, response, label, why, statuses, **fields):
+        """The response has one of `statuses` and, when 200, the given body fields."""
+        ok = response.status_code in statuses
+        body = {}
+        if ok and response.status_code == 200:
+            body = response.json()
+            ok = all(body.get(k) == v for k, v in fields.items())
+        elif ok and fields.get("code"):
+            ok = response.json().get("code") == fields["code"]
+        if not ok:
+            self.fail(label, f"{why}: expected {statuses} {fields}", self.last_request, response)
+        return body
+
+    # ---- one lifecycle step: its invalid variants, its foreign inputs, its credentials ---------
+
+    def step(self, label, path=None, body=UNSET, query=None, expect=None, foreign=(), replay=None):
+        """Sends the invalid variants of a valid request, then the foreign ones, then the valid
+        request with wrong credentials, then the request itself (which must be accepted with
+        `expect` fields), then its replay (`replay`: the fields a repeat must answer)."""
+        operation = self.operations[label]
+        path = path or {}
+        query = query or {}
+        refused = []
+        if body is not UNSET:
+            schema = self.document.body_schema(operation)
+            mutants = self.document.body_mutants(schema, body)
+            self.rng.shuffle(mutants)
+            for why, bad in mutants[:12]:
+                refused.append(self.sent(label, path, bad, query, why="negative: " + why))
+            refused.append(self.sent(label, path, raw=("application/json", b'{"claimToken":'),
+                                     why="negative: malformed JSON"))
+            refused.append(self.sent(label, path, raw=("text/plain", json.dumps(body).encode()),
+                                     why="negative: text/plain"))
+            refused.append(self.sent(label, path, ["not", "an", "object"], query,
+                                     why="negative: an array body"))
+        for why, bad in self.document.query_mutants(operation, query)[:6]:
+            refused.append(self.sent(label, path, body, bad, why="negative: " + why))
+        for name, bad in (("run_id", "not-a-uuid"), ("partition_id", "12"), ("dispatch_id", "zz")):
+            if name in path:
+                refused.append(self.sent(label, {**path, name: bad}, body, query,
+                                         why=f"negative: path {name}"))
+        for response, request in refused:
+            self.stats[label]["negativeRefused"] += 1
+            if response.status_code < 400 or response.status_code >= 500:
+                self.fail(label, "negative data accepted (an invalid request got "
+                          f"{response.status_code})", request, response)
+        for why, fpath, fbody, statuses, fields in foreign:
+            response = self.send(label, fpath if fpath is not None else path,
+                                 fbody if fbody is not None else body, query, why="foreign: " + why)
+            self.expect(response, label, "foreign: " + why, statuses, **fields)
+        if self.rng.random() < 0.3:
+            for cred in ("none", "basic", "unknown") + tuple(
+                    r for r in ("nifi", "operator") if self.roles(label) and r not in self.roles(label)):
+                response = self.send(label, path, body, query, cred=cred, why="credentials " + cred)
+                wanted = 401 if cred in ("none", "basic") else 403  # §3.6: unknown token → 403
+                if response.status_code != wanted:
+                    self.fail(label, f"credentials {cred}: expected {wanted}", None, response)
+        response = self.send(label, path, body, query)
+        result = self.expect(response, label, "valid", {200}, **(expect or {}))
+        if replay is not None:
+            again = self.send(label, path, body, query, why="replay")
+            self.expect(again, label, "replay", {200}, **replay)
+        return result
+
+    # ---- lifecycles ------------------------------------------------------------------------------
+
+    def create(self):
+        self.serial += 1
+        body = {"jobKey": "FUZZ_JOB", "businessKey": f"fuzz-{self.serial}-{uuid.uuid4().hex[:8]}",
+                "hdfsRoot": "/data/fuzz/", "stageTablePrefix": "tmp_fuzz_",
+                "parameters": {"trigger": "FUZZ"}}
+        created = self.step(CREATE, body=body, expect={"status": "CREATED"})
+        if not created:
+            return None
+        dup = self.send(CREATE, body=body, why="duplicate active run")
+        self.expect(dup, CREATE, "duplicate active run", {409}, code="DUPLICATE_ACTIVE_RUN")
+        run = Run(created)
+        self.runs.append(run)
+        return run
+
+    def manifest(self, run, invalid=False):
+        parts = {"0000": 3, "0001": 2, "0002": 0}
+        body = {"snapshotScn": "42", "sourceCount": 5 if not invalid else 6,
+                "plannedPartitionCount": 3, "sourceMetrics": {"AMOUNT_SUM": "12.5"},
+                "partitions": [{"partitionId": p, "lowerBound": str(i * 10),
+                                "upperBound": str(i * 10 + 10), "upperInclusive": p == "0002",
+                                "expectedRowCount": n}
+                               for i, (p, n) in enumerate(parts.items())]}
+        if invalid:
+            response = self.send(MANIFEST, {"run_id": run.id}, body, why="invalid manifest")
+            self.expect(response, MANIFEST, "invalid manifest", {422}, code="MANIFEST_INVALID")
+            run.status = "FAILED_MANIFEST"
+            return
+        foreign = [("unknown run", {"run_id": str(uuid.uuid4())}, None, {404}, {"code": "RUN_NOT_FOUND"})]
+        self.step(MANIFEST, {"run_id": run.id}, body, expect={"status": "EXTRACTING"},
+                  foreign=foreign, replay={"status": "EXTRACTING", "validationScheduled": False})
+        run.status = "EXTRACTING"
+        run.partitions = {p: {"expected": n, "token": None, "done": n == 0} for p, n in parts.items()}
+
+    def claim(self, run, pid):
+        token = str(uuid.uuid4())
+        body = {"claimToken": token, "workerNode": "fuzz-01"}
+        path = {"run_id": run.id, "partition_id": pid}
+        foreign = [("unknown partition", {**path, "partition_id": "0999"}, None, {404},
+                    {"code": "PARTITION_NOT_FOUND"})]
+        self.step(CLAIM, path, body, expect={"claimed": True, "partitionStatus": "RUNNING"},
+                  foreign=foreign, replay={"claimed": True, "attempt": 1})
+        rival = self.send(CLAIM, path, {**body, "claimToken": str(uuid.uuid4())}, why="second claimant")
+        self.expect(rival, CLAIM, "second claimant", {200}, claimed=False)
+        run.partitions[pid]["token"] = token
+
+    def chunk_body(self, run, pid, index, count, records):
+        return {"claimToken": run.partitions[pid]["token"], "chunkIndex": index, "chunkCount": count,
+                "hdfsPath": f"{run.path}/p={pid}/part-{index}.parquet", "recordCount": records,
+                "byteCount": 100 * records}
+
+    def chunks(self, run, pid):
+        expected = run.partitions[pid]["expected"]
+        path = {"run_id": run.id, "partition_id": pid}
+        split = [expected - 1, 1] if expected > 1 else [expected]
+        for index, records in enumerate(split):
+            body = self.chunk_body(run, pid, index, len(split), records)
+            foreign = [
+                ("another claim token", None, {**body, "claimToken": str(uuid.uuid4())}, {409},
+                 {"code": "CLAIM_MISMATCH"}),
+                ("index out of range", None, {**body, "chunkIndex": len(split)}, {422},
+                 {"code": "CHUNK_INDEX_OUT_OF_RANGE"}),
+                ("path outside the run", None, {**body, "hdfsPath": "/data/other/part-0.parquet"},
+                 {422}, {"code": "HDFS_PATH_OUTSIDE_RUN"}),
+                ("a .. segment", None, {**body, "hdfsPath": f"{run.path}/../x/part.parquet"}, {422},
+                 {"code": "HDFS_PATH_OUTSIDE_RUN"}),
+            ]
+            last = index == len(split) - 1
+            result = self.step(CHUNK, path, body, foreign=foreign,
+                               expect={"recorded": True, "partitionStatus": "SUCCESS" if last else "RUNNING"},
+                               replay={"recorded": True})
+            if last and result.get("partitionStatus") == "SUCCESS":
+                run.partitions[pid]["done"] = True
+                run.status = result.get("runStatus", run.status)
+        if run.partitions[pid]["done"]:
+            body = self.chunk_body(run, pid, 0, len(split), split[0] + 1)
+            conflict = self.send(CHUNK, path, body, why="changed content after success")
+            self.expect(conflict, CHUNK, "changed content after success", {409}, code="CHUNK_CONFLICT")
+
+    def fail_partition(self, run, pid, snapshot):
+        body = {"claimToken": run.partitions[pid]["token"], "errorStage": "EXTRACT",
+                "errorClass": "SNAPSHOT" if snapshot else "JDBC",
+                "errorCode": "ORA-01555" if snapshot else "ORA-00028", "message": "fuzz", "attempt": 1}
+        path = {"run_id": run.id, "partition_id": pid}
+        foreign = [("another claim token", None, {**body, "claimToken": str(uuid.uuid4())}, {409},
+                    {"code": "CLAIM_MISMATCH"})]
+        wanted = "FAILED_SNAPSHOT_EXPIRED" if snapshot else "FAILED_EXTRACT"
+        self.step(PART_FAIL, path, body, foreign=foreign,
+                  expect={"partitionStatus": "FAILED", "runStatus": wanted, "changed": True},
+                  replay={"changed": False})
+        run.status = wanted
+
+    def fail_run(self, run):
+        pairs = {"CREATED": "FAILED_MANIFEST", "EXTRACTING": "FAILED_EXTRACT",
+                 "STAGE_VALIDATING": "FAILED_STAGE_VALIDATION", "STAGING_VALIDATED": "FAILED_PUBLISH",
+                 "PUBLISHED": "FAILED_TARGET_VALIDATION"}
+        body = {"expectedStatus": run.status, "failStatus": pairs[run.status],
+                "errorStage": "FUZZ", "errorCode": "FUZZ_FAILED", "message": "fuzzed failure"}
+        foreign = [
+            ("a pair not allowed", None, {**body, "failStatus": "CANCELLED"}, {422},
+             {"code": "FAIL_TRANSITION_NOT_ALLOWED"}),
+            ("another expected status", None,
+             {**body, "expectedStatus": "PUBLISHED" if run.status != "PUBLISHED" else "CREATED",
+              "failStatus": "FAILED_TARGET_VALIDATION" if run.status != "PUBLISHED" else "FAILED_MANIFEST"},
+             {409}, {"code": "RUN_STATUS_MISMATCH"}),
         ]
-    return variants
+        self.step(RUN_FAIL, {"run_id": run.id}, body, foreign=foreign,
+                  expect={"runStatus": pairs[run.status], "changed": True}, replay={"changed": False})
+        run.status = pairs[run.status]
 
+    def cancel(self, run):
+        self.step(CANCEL, {"run_id": run.id}, {"reason": "fuzzed cancel"},
+                  expect={"runStatus": "CANCELLED", "changed": True}, replay={"changed": False})
+        run.status = "CANCELLED"
+        dispatch, status = self.ledger.dispatch(run.id)
+        if dispatch and status == "DEAD":
+            path = {"run_id": run.id, "dispatch_id": dispatch}
+            other = next((r for r in self.runs if r is not run), None)
+            foreign = [("another run's dispatch", {"run_id": other.id, "dispatch_id": dispatch},
+                        None, {404}, {"code": "DISPATCH_NOT_FOUND"})] if other else []
+            foreign.append(("an unknown dispatch", {**path, "dispatch_id": str(uuid.uuid4())},
+                            None, {404}, {"code": "DISPATCH_NOT_FOUND"}))
+            self.step(RESEND, path, foreign=foreign, expect={"status": "PENDING"})
+            again = self.send(RESEND, path, why="resend replay")
+            self.expect(again, RESEND, "resend replay", {409}, code="DISPATCH_STATUS_MISMATCH")
 
-def roles_of(operation):
-    """The roles the document grants an operation (`x-roles`; empty: no authentication)."""
-    return operation.definition.raw.get("x-roles", [])
+    def start_validation(self, run):
+        dispatch, _ = self.ledger.dispatch(run.id)
+        if dispatch is None:
+            self.fail(START, "a completed run has no VALIDATE_RUN dispatch", {"run": run.id})
+            return
+        run.dispatch = dispatch
+        body = {"dispatchId": dispatch, "node": "fuzz-02"}
+        foreign = [("an unknown dispatch", None, {**body, "dispatchId": str(uuid.uuid4())}, {409},
+                    {"code": "DISPATCH_MISMATCH"})]
+        self.step(START, {"run_id": run.id}, body, foreign=foreign,
+                  expect={"started": True, "runStatus": "STAGE_VALIDATING"},
+                  replay={"started": False})
+        run.status = "STAGE_VALIDATING"
+
+    def metrics(self, run, stage, fail):
+        body = {"stage": stage, "queryVersion": "v1", "metrics": [
+            {"metricName": f"{stage}_COUNT", "expectedValue": "5", "actualValue": "5",
+             "result": "PASS", "details": {"sql": "q1"}},
+            {"metricName": "DUP_PK_COUNT", "expectedValue": "0", "actualValue": "1" if fail else "0",
+             "result": "FAIL" if fail else "PASS"}]}
+        other = "TARGET" if stage == "STAGING" else "STAGING"
+        foreign = [("the other stage", None, {**body, "stage": other}, {409}, {"code": "RUN_STATUS_MISMATCH"})]
+        self.step(METRICS, {"run_id": run.id}, body, foreign=foreign,
+                  expect={"recorded": 2, "failCount": 1 if fail else 0})
+
+    def stage_validated(self, run, fail):
+        self.metrics(run, "STAGING", fail)
+        if fail:
+            response = self.send(STAGE_OK, {"run_id": run.id}, why="failing metrics")
+            self.expect(response, STAGE_OK, "failing metrics", {200}, stageValidated=False,
+                        reasons=["FAIL DUP_PK_COUNT"])
+            self.metrics(run, "STAGING", False)
+        self.step(STAGE_OK, {"run_id": run.id}, expect={"stageValidated": True},
+                  replay={"stageValidated": True})
+        run.status = "STAGING_VALIDATED"
+
+    def publish_claim(self, run):
+        token = str(uuid.uuid4())
+        self.step(PUB_CLAIM, {"run_id": run.id}, {"publishToken": token},
+                  expect={"claimed": True, "runStatus": "PUBLISHING"}, replay={"claimed": True})
+        rival = self.send(PUB_CLAIM, {"run_id": run.id}, {"publishToken": str(uuid.uuid4())},
+                          why="second publish claimant")
+        self.expect(rival, PUB_CLAIM, "second publish claimant", {200}, claimed=False)
+        run.publish_token = token
+        run.status = "PUBLISHING"
+
+    def publish_result(self, run, outcome):
+        body = {"publishToken": run.publish_token, "outcome": outcome, "errorCode": None,
+                "message": "fuzzed outcome"}
+        foreign = [("another publish token", None, {**body, "publishToken": str(uuid.uuid4())}, {409},
+                    {"code": "PUBLISH_TOKEN_MISMATCH"})]
+        self.step(PUB_RESULT, {"run_id": run.id}, body, foreign=foreign,
+                  expect={"runStatus": outcome, "changed": True}, replay={"changed": False})
+        run.status = outcome
+        if outcome == "PUBLISH_UNKNOWN":
+            late = self.send(PUB_RESULT, {"run_id": run.id}, {**body, "outcome": "PUBLISHED"},
+                             why="a late PUBLISHED after PUBLISH_UNKNOWN")
+            self.expect(late, PUB_RESULT, "late PUBLISHED", {409}, code="RUN_STATUS_MISMATCH")
+
+    def resolve(self, run, resolution):
+        foreign = [("unknown run", {"run_id": str(uuid.uuid4())}, None, {404}, {"code": "RUN_NOT_FOUND"})]
+        self.step(RESOLVE, {"run_id": run.id}, {"resolution": resolution, "reason": "checked the table"},
+                  foreign=foreign, expect={"runStatus": resolution, "changed": True},
+                  replay={"changed": False})
+        run.status = resolution
+
+    def succeed(self, run):
+        self.metrics(run, "TARGET", False)
+        self.step(SUCCESS, {"run_id": run.id}, {"targetCount": 5},
+                  expect={"success": True, "runStatus": "SUCCESS"}, replay={"success": True})
+        run.status = "SUCCESS"
+
+    def cleanup(self, run):
+        deadline = time.time() + 10
+        while time.time() < deadline:  # retention is 1 s in the fuzzer's configuration
+            listed = self.send(CANDIDATES, query={"jobKey": "FUZZ_JOB", "limit": 500})
+            if listed.status_code == 200 and any(r["runId"] == run.id for r in listed.json()["runs"]):
+                break
+            time.sleep(0.2)
+        else:
+            self.fail(CANDIDATES, "a finished run never became a cleanup candidate", {"run": run.id})
+            return
+        self.step(CLEANUP, {"run_id": run.id},
+                  {"droppedTable": "tmp_fuzz_x", "deletedPath": run.path},
+                  expect={"changed": True}, replay={"changed": False})
+        run.cleaned = True
+
+    def reads(self, run):
+        self.step(DETAIL, {"run_id": run.id}, expect={"status": run.status})
+        self.step(EVENTS, {"run_id": run.id}, query={"limit": 50})
+        self.step(LIST_METRICS, {"run_id": run.id})
+        self.step(LIST, query={"jobKey": "FUZZ_JOB", "limit": 20})
+        self.step(SUMMARY, query={"alertLimit": 20})
+        self.step(CANDIDATES, query={"jobKey": "FUZZ_JOB", "limit": 10})
+        for label in (DETAIL, EVENTS, LIST_METRICS):
+            missing = self.send(label, {"run_id": str(uuid.uuid4())}, why="unknown run")
+            self.expect(missing, label, "unknown run", {404}, code="RUN_NOT_FOUND")
+
+    def lifecycle(self, walk):
+        """One run, from creation to its end, down branches chosen by the walk number."""
+        rng = self.rng
+        run = self.create()
+        if run is None:
+            return
+        if walk % 11 == 3:
+            self.manifest(run, invalid=True)
+        elif walk % 11 == 4:
+            self.fail_run(run)
+        elif walk % 11 == 5:
+            self.cancel(run)
+        else:
+            self.manifest(run)
+        if run.status == "EXTRACTING":
+            for pid, part in run.partitions.items():
+                if not part["done"]:
+                    self.claim(run, pid)
+            for pid, part in run.partitions.items():
+                if run.status != "EXTRACTING" or part["done"]:
+                    continue
+                if walk % 11 == 6:
+                    self.fail_partition(run, pid, snapshot=walk % 2 == 0)
+                elif walk % 11 == 7:
+                    self.fail_run(run)
+                else:
+                    self.chunks(run, pid)
+        if run.status == "EXTRACTED_VALIDATED":
+            if walk % 11 in (0, 8):
+                self.cancel(run)  # its VALIDATE_RUN dispatch dies with it: resent, then refused
+            else:
+                self.start_validation(run)
+        if run.status == "STAGE_VALIDATING":
+            if walk % 11 == 9:
+                self.fail_run(run)
+            else:
+                self.stage_validated(run, fail=rng.random() < 0.3)
+        if run.status == "STAGING_VALIDATED":
+            self.publish_claim(run)
+        if run.status == "PUBLISHING":
+            outcome = ["PUBLISHED", "PUBLISH_UNKNOWN", "PUBLISHED", "FAILED_PUBLISH", "PUBLISH_UNKNOWN"][walk % 5]
+            self.publish_result(run, outcome)
+        if run.status == "PUBLISH_UNKNOWN":
+            self.resolve(run, "PUBLISHED" if rng.random() < 0.5 else "FAILED_PUBLISH")
+        if run.status == "PUBLISHED":
+            if walk % 11 == 10:
+                self.fail_run(run)
+            else:
+                self.succeed(run)
+        self.reads(run)
+        if run.status not in ("CREATED", "EXTRACTING", "PUBLISH_UNKNOWN") and walk % 3 == 0:
+            self.cleanup(run)
+
+    def parked(self):
+        """Runs left in every state with live tokens, for the schema phase to aim at."""
+        for stop in ("CREATED", "EXTRACTING", "EXTRACTED_VALIDATED", "STAGE_VALIDATING",
+                     "STAGING_VALIDATED", "PUBLISHING", "PUBLISH_UNKNOWN", "PUBLISHED"):
+            run = self.create()
+            if run is None:
+                continue
+            if stop == "CREATED":
+                continue
+            self.manifest(run)
+            for pid, part in run.partitions.items():
+                if not part["done"]:
+                    self.claim(run, pid)
+            if stop == "EXTRACTING":
+                continue
+            for pid, part in run.partitions.items():
+                if not part["done"]:
+                    self.chunks(run, pid)
+            if stop == "EXTRACTED_VALIDATED":
+                continue
+            self.start_validation(run)
+            if stop == "STAGE_VALIDATING":
+                continue
+            self.stage_validated(run, False)
+            if stop == "STAGING_VALIDATED":
+                continue
+            self.publish_claim(run)
+            if stop == "PUBLISHING":
+                continue
+            self.publish_result(run, "PUBLISH_UNKNOWN" if stop == "PUBLISH_UNKNOWN" else "PUBLISHED")
+
+    # ---- schema fuzzing aimed at live runs -----------------------------------------------------
+
+    def aim(self, case, pick):
+        """Points a generated case at a live run half of the time, with the tokens its callers
+        hold, so that generated bodies reach the gate and the CAS behind the token checks."""
+        params = case.path_parameters or {}
+        if "run_id" not in params or pick.random() < 0.3:
+            return
+        run = pick.choice(self.runs)
+        params["run_id"] = run.id
+        pid = None
+        if "partition_id" in params and run.partitions and pick.random() < 0.8:
+            pid = pick.choice(sorted(run.partitions))
+            params["partition_id"] = pid
+        if "dispatch_id" in params and run.dispatch and pick.random() < 0.8:
+            params["dispatch_id"] = run.dispatch
+        body = case.body
+        if not isinstance(body, dict) or pick.random() < 0.2:
+            return
+        if "claimToken" in body and pid and run.partitions[pid]["token"]:
+            body["claimToken"] = run.partitions[pid]["token"]
+            if "hdfsPath" in body and isinstance(body["hdfsPath"], str) and pick.random() < 0.7:
+                leaf = re.sub(r"[^A-Za-z0-9_.=-]", "", body["hdfsPath"])[:40] or "x"
+                body["hdfsPath"] = f"{run.path}/p={pid}/{leaf}"
+        if "publishToken" in body and run.publish_token:
+            body["publishToken"] = run.publish_token
+        if "dispatchId" in body and run.dispatch:
+            body["dispatchId"] = run.dispatch
+
+    def schema_phase(self, cases):
+        modes = (GenerationMode.POSITIVE, GenerationMode.NEGATIVE)
+        per_mode = max(1, -(-cases // (len(self.operations) * len(modes))))
+        for label, operation in self.operations.items():
+            cred = self.role_for(label)
+            headers = self.headers(cred)
+            for mode in modes:
+                @hypothesis.settings(
+                    max_examples=per_mode, deadline=None, database=None,
+                    derandomize=True,  # the same cases on every run: a failure reproduces
+                    suppress_health_check=list(hypothesis.HealthCheck),
+                    phases=[hypothesis.Phase.generate],
+                )
+                @hypothesis.given(case=operation.as_strategy(generation_mode=mode),
+                                  pick=st.randoms(use_true_random=False))
+                def one(case, pick):
+                    self.aim(case, pick)
+                    before = self.ledger.next_xid()
+                    if self.state["digest"] is None or before != self.state["xid"]:
+                        self.state["digest"] = self.ledger.digest()
+                    response = case.call(base_url=self.api, session=self.session, headers=headers)
+                    problems = self.conformance(case, response, headers)
+                    request = {"why": f"schema {mode.value}", "path": case.formatted_path,
+                               "query": case.query, "cred": cred,
+                               "body": case.body if not isinstance(case.body, bytes) else repr(case.body[:200])}
+                    self.account(label, response, cred, problems, request, before)
+
+                try:
+                    one()
+                except hypothesis.errors.Unsatisfiable:
+                    pass
 
 
 def main():
@@ -167,95 +808,53 @@ def main():
     parser.add_argument("--nifi-token", required=True)
     parser.add_argument("--operator-token", required=True)
     parser.add_argument("--cases", type=int, default=10000, help="total requests, at least")
+    parser.add_argument("--walks", type=int, default=33, help="lifecycles driven in phase 1")
     args = parser.parse_args()
 
+    started = time.time()
     ledger = Ledger(args.db)
     schema = schemathesis.openapi.from_url(args.api + "/openapi.json")
-    operations = [result.ok() for result in schema.get_all_operations()]
-    known = seed(args.api, args.nifi_token, ledger)
-    session = requests.Session()
+    document = Document(requests.get(args.api + "/openapi.json", timeout=30).json())
+    fuzzer = Fuzzer(args, ledger, schema, document)
 
-    plan = []
-    for operation in operations:
-        for cred in credentials(args.nifi_token, args.operator_token, roles_of(operation)):
-            for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
-                plan.append((operation, cred, mode))
-    # Operations without parameters run out of distinct examples early: aim 20 % higher.
-    per_plan = max(1, -(-args.cases * 6 // (5 * len(plan))))
+    for walk in range(args.walks):
+        fuzzer.lifecycle(walk)
+    fuzzer.parked()
+    lifecycle_cases = sum(s["cases"] for s in fuzzer.stats.values())
+    # At least 20 cases per operation and generation mode; operations without parameters run
+    # out of distinct examples early, hence the 30 % more.
+    fuzzer.schema_phase(max(40 * len(fuzzer.operations), (args.cases - lifecycle_cases) * 13 // 10))
 
-    totals = {"cases": 0, "failures": 0, "rejected": 0, "digests": 0}
-    failures = []
-    state = {"xid": ledger.next_xid(), "digest": ledger.digest()}
-    started = time.time()
-    for operation in operations:
-        stats = {"operation": operation.label, "cases": 0, "statuses": {}}
-        for (op, (cred_name, headers), mode) in [p for p in plan if p[0] is operation]:
-            strategy = op.as_strategy(generation_mode=mode)
-
-            @hypothesis.settings(
-                max_examples=per_plan,
-                deadline=None,
-                database=None,
-                derandomize=True,  # the same cases on every run: a failure reproduces
-                suppress_health_check=list(hypothesis.HealthCheck),
-                phases=[hypothesis.Phase.generate],
-            )
-            @hypothesis.given(case=strategy, pick=st.randoms(use_true_random=False))
-            def one(case, pick):
-                for name in ("run_id", "partition_id", "dispatch_id"):
-                    if case.path_parameters and name in case.path_parameters and known[name] \
-                            and pick.random() < 0.5:
-                        case.path_parameters[name] = pick.choice(known[name])
-                before = ledger.next_xid()
-                if state["digest"] is None or before != state["xid"]:
-                    state["digest"] = ledger.digest()
-                response = case.call(base_url=args.api, session=session, headers=headers)
-                status = response.status_code
-                stats["cases"] += 1
-                stats["statuses"][str(status)] = stats["statuses"].get(str(status), 0) + 1
-                problems = []
-                try:
-                    case.validate_response(response, checks=CHECKS, headers=headers)
-                except BaseExceptionGroup as group:  # schemathesis: one group, every failure
-                    problems += [" ".join(str(e).split())[:400] for e in group.exceptions]
-                except AssertionError as error:
-                    problems.append(" ".join(str(error).split())[:400])
-                after = ledger.next_xid()
-                state["xid"] = after
-                if 400 <= status < 500:
-                    totals["rejected"] += 1
-                    if after != before:
-                        now = ledger.digest()
-                        if now != state["digest"]:
-                            problems.append("a rejected request changed the ledger")
-                        state["digest"] = now
-                elif after != before:
-                    state["digest"] = None  # written: the next request needs a new digest
-                if problems:
-                    failures.append({
-                        "operation": op.label, "credentials": cred_name, "mode": mode.value,
-                        "status": status, "problems": problems,
-                        "request": {"path": case.formatted_path, "query": case.query,
-                                    "body": case.body if not isinstance(case.body, bytes)
-                                    else repr(case.body[:200])},
-                        "response": response.text[:300],
-                    })
-
-            try:
-                one()
-            except hypothesis.errors.Unsatisfiable:
-                pass
-        totals["cases"] += stats["cases"]
+    uncovered = []
+    for label, stats in fuzzer.stats.items():
         print(json.dumps(stats), flush=True)
-
-    totals["failures"] = len(failures)
-    totals["digests"] = ledger.digests
-    totals["operations"] = len(operations)
-    totals["seconds"] = round(time.time() - started, 1)
-    for failure in failures[:50]:
+        if label in NO_INPUT:
+            if stats["accepted"] < 1:
+                uncovered.append(label)
+        elif stats["accepted"] < MIN_EACH or stats["refused"] < MIN_EACH:
+            uncovered.append(label)
+    totals = {
+        "cases": sum(s["cases"] for s in fuzzer.stats.values()),
+        "lifecycleCases": lifecycle_cases,
+        "walks": args.walks,
+        "runs": len(fuzzer.runs),
+        "accepted": sum(s["accepted"] for s in fuzzer.stats.values()),
+        "refused": sum(s["refused"] for s in fuzzer.stats.values()),
+        "frontDoor": sum(s["frontDoor"] for s in fuzzer.stats.values()),
+        "negativeRefused": sum(s["negativeRefused"] for s in fuzzer.stats.values()),
+        "failures": len(fuzzer.failures),
+        "uncovered": uncovered,
+        "digests": ledger.digests,
+        "operations": len(fuzzer.operations),
+        "seconds": round(time.time() - started, 1),
+    }
+    for failure in fuzzer.failures[:50]:
         print(json.dumps({"failure": failure}, default=str), flush=True)
     print(json.dumps({"summary": totals}), flush=True)
-    if failures or totals["cases"] < args.cases:
+    if fuzzer.failures or uncovered or totals["cases"] < args.cases:
+        if uncovered:
+            print(f"fuzz-api: fewer than {MIN_EACH} accepted or refused requests past "
+                  f"authentication for: {', '.join(uncovered)}", file=sys.stderr)
         sys.exit(1)
 
 
