@@ -64,6 +64,157 @@ const EVENTS_OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
     ("RUN_STALE_ALERT", "sweep.stale_alert"),
 ];
 
+/// A guard of the protocol: the model's mutant that removes it, the property that spin must see
+/// fire without it (scripts/model-check), and the ledger code that implements it, as fragments of
+/// the named functions of `ledger/src/ops` (whitespace-insensitive). Changing one of these
+/// conditions in the ledger fails `every_model_guard_is_the_ledger_code_that_implements_it`
+/// until the model, its mutant and this table say the same again.
+struct Guard {
+    mutant: &'static str,
+    property: &'static str,
+    code: &'static [(&'static str, &'static str)],
+}
+
+const GUARDS: &[Guard] = &[
+    Guard {
+        mutant: "MUTANT_NO_TOKEN_CHECK",
+        property: "4",
+        code: &[
+            (
+                "report_chunk_once",
+                "if part.claim_token != Some(r.claim_token) {",
+            ),
+            (
+                "report_chunk_once",
+                "return Err(LedgerError::ClaimMismatch)",
+            ),
+            (
+                "partition_succeeded",
+                "WHERE run_id = $1 AND partition_id = $2 AND status = 'RUNNING' AND claim_token = $3",
+            ),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_INVALIDATE",
+        property: "4",
+        code: &[(
+            "rule_stale_partitions",
+            "UPDATE nifi_ops.load_file SET status = 'FAILED', updated_at = clock_timestamp() \
+             WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN'",
+        )],
+    },
+    Guard {
+        mutant: "MUTANT_NO_COMPLETION_RECOUNT",
+        property: "6-at-least-one",
+        code: &[
+            (
+                "partition_succeeded",
+                "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1,",
+            ),
+            (
+                "partition_succeeded",
+                "WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
+            ),
+            (
+                "partition_succeeded",
+                "if Some(done) == expected && complete_extraction(conn, run).await? {",
+            ),
+            (
+                "complete_extraction",
+                "WHERE r.run_id = $1 AND r.status = 'EXTRACTING' \
+                 AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count",
+            ),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_START_CAS",
+        property: "9",
+        code: &[
+            (
+                "start_validation",
+                "if status != RunStatus::ExtractedValidated { return Ok(refused_start(status)); }",
+            ),
+            ("transition", "WHERE run_id = $1 AND status = $2"),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_PUBLISH_CAS",
+        property: "10-one-overwrite",
+        code: &[
+            (
+                "claim_publish",
+                "claimed: run.publish_token == Some(token),",
+            ),
+            (
+                "claim_publish",
+                "if status != RunStatus::StagingValidated { return Ok(PublishClaim { claimed: false,",
+            ),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_PUBLISH_TOKEN_CHECK",
+        property: "10-true-outcome",
+        code: &[(
+            "publish_result",
+            "if run.publish_token != Some(token) { return Err(LedgerError::PublishTokenMismatch); }",
+        )],
+    },
+    Guard {
+        mutant: "MUTANT_NO_ABORT",
+        property: "14",
+        code: &[(
+            "transition",
+            "UPDATE nifi_ops.load_partition SET status = 'ABORTED', completed_at = clock_timestamp(), \
+             heartbeat_at = clock_timestamp(), error_code = $2, error_message = 'run ended: ' || $2 \
+             WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",
+        )],
+    },
+    Guard {
+        mutant: "MUTANT_NO_CONDITIONAL_OUTCOME",
+        property: "14-dispatches",
+        code: &[
+            (
+                "record_dispatch_outcome",
+                "SET status = 'SENT', sent_at = clock_timestamp(), leased_epoch = NULL, last_http_status = $2, last_error = NULL \
+                 WHERE dispatch_id = $1 AND status = 'PENDING'",
+            ),
+            (
+                "record_dispatch_outcome",
+                "SET status = 'DEAD', leased_epoch = NULL, last_http_status = $2, last_error = $3 \
+                 WHERE dispatch_id = $1 AND status = 'PENDING'",
+            ),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_LEASE_FENCE",
+        property: "19",
+        code: &[
+            ("lease_dispatches", "check_fence(conn, fence).await?;"),
+            (
+                "check_fence",
+                "SELECT epoch FROM nifi_ops.leader_epoch WHERE name = $1 FOR SHARE",
+            ),
+            (
+                "check_fence",
+                "Some((epoch,)) if epoch == fence.epoch => Ok(()),",
+            ),
+        ],
+    },
+    Guard {
+        mutant: "MUTANT_NO_OUTCOME_FENCE",
+        property: "19",
+        code: &[(
+            "record_dispatch_outcome",
+            "check_fence(conn, fence).await?;",
+        )],
+    },
+    Guard {
+        mutant: "MUTANT_NO_SWEEP_FENCE",
+        property: "19",
+        code: &[("sweep", "check_fence(conn, fence).await?;")],
+    },
+];
+
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
@@ -135,6 +286,50 @@ fn model_transitions(model: &str) -> Vec<Transition> {
         .collect()
 }
 
+/// The files of `ledger/src/ops`, in name order.
+fn ops_files() -> Vec<PathBuf> {
+    let mut files: Vec<_> = std::fs::read_dir(repo().join("ledger/src/ops"))
+        .expect("ledger/src/ops")
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    files.sort();
+    files
+}
+
+/// A source file split at every function definition: (offset, name, text up to the next one).
+fn split_functions(text: &str) -> Vec<(usize, String, String)> {
+    let starts: Vec<(usize, String)> = text
+        .match_indices("fn ")
+        .filter(|(at, _)| *at == 0 || text[..*at].ends_with(' '))
+        .filter_map(|(at, _)| {
+            words_after(&text[at..], "fn ", |c| {
+                c.is_ascii_alphanumeric() || c == '_'
+            })
+            .first()
+            .map(|name| (at, name.to_string()))
+        })
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, (at, name))| {
+            let end = starts
+                .get(i + 1)
+                .map(|(next, _)| *next)
+                .unwrap_or(text.len());
+            (*at, name.clone(), text[*at..end].to_string())
+        })
+        .collect()
+}
+
+/// Code with Rust string continuations joined and every run of whitespace made one space (and
+/// none after an opening or before a closing brace), so fragments match however lines wrap.
+fn normalized(code: &str) -> String {
+    let joined = code.replace("\\\n", " ");
+    let spaced = joined.split_whitespace().collect::<Vec<_>>().join(" ");
+    spaced.replace("{ ", "{").replace(" }", "}")
+}
+
 /// A function of `ledger/src/ops`: the events its body writes and the functions it calls.
 #[derive(Default)]
 struct Function {
@@ -145,12 +340,7 @@ struct Function {
 /// A ledger operation: a `pub async fn` of `ledger/src/ops`, or a sweeper rule (`sweep.<rule>`),
 /// with the events it writes, its helpers' included.
 fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
-    let dir = repo().join("ledger/src/ops");
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("ledger/src/ops")
-        .map(|e| e.expect("directory entry").path())
-        .collect();
-    files.sort();
+    let files = ops_files();
     let mut functions: BTreeMap<String, Function> = BTreeMap::new();
     let mut bodies = Vec::new();
     let mut operations: BTreeMap<String, String> = BTreeMap::new(); // operation -> function
@@ -166,24 +356,7 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
                     .collect()
             })
             .unwrap_or_default();
-        // Split the file at every function definition.
-        let starts: Vec<(usize, String)> = text
-            .match_indices("fn ")
-            .filter(|(at, _)| *at == 0 || text[..*at].ends_with(' '))
-            .filter_map(|(at, _)| {
-                words_after(&text[at..], "fn ", |c| {
-                    c.is_ascii_alphanumeric() || c == '_'
-                })
-                .first()
-                .map(|name| (at, name.to_string()))
-            })
-            .collect();
-        for (i, (at, name)) in starts.iter().enumerate() {
-            let end = starts
-                .get(i + 1)
-                .map(|(next, _)| *next)
-                .unwrap_or(text.len());
-            let body = text[*at..end].to_string();
+        for (at, name, body) in split_functions(&text) {
             let entry = functions.entry(name.clone()).or_default();
             entry.events.extend(
                 words_after(&body, "Event::new(Level::", |c| c != ')')
@@ -195,7 +368,7 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
                     }),
             );
             bodies.push((name.clone(), body));
-            if text[..*at].ends_with("pub async ") {
+            if text[..at].ends_with("pub async ") {
                 operations.insert(name.clone(), name.clone());
             } else if let Some(rule) = name
                 .strip_prefix("rule_")
@@ -388,4 +561,58 @@ fn every_ledger_status_is_a_model_state() {
     DispatchStatus::ALL
         .iter()
         .for_each(|s| defined(format!("DS_{}", s.as_str())));
+}
+
+#[test]
+fn every_model_guard_is_the_ledger_code_that_implements_it() {
+    let model = model();
+    let script = read(&repo().join("scripts/model-check"));
+    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
+    for file in ops_files() {
+        for (_, name, body) in split_functions(&read(&file)) {
+            bodies.entry(name).or_default().push_str(&normalized(&body));
+        }
+    }
+    let mut mutants: BTreeSet<&str> =
+        words_after(&model, "MUTANT_", |c| c.is_ascii_uppercase() || c == '_')
+            .into_iter()
+            .collect();
+    mutants.remove("KEEP_PARTITIONS"); // the helper macro of MUTANT_NO_ABORT
+    mutants.remove("START_AGAIN"); // the helper macro of MUTANT_NO_START_CAS
+    let listed: BTreeSet<&str> = GUARDS
+        .iter()
+        .map(|g| g.mutant.trim_start_matches("MUTANT_"))
+        .collect();
+    assert_eq!(
+        mutants, listed,
+        "every mutant of the model is a guard of GUARDS, and every guard has its mutant"
+    );
+    for guard in GUARDS {
+        let kebab = guard.mutant.to_lowercase().replace('_', "-");
+        let line = format!("check {kebab} {} ", guard.property);
+        assert!(
+            script.contains(&line),
+            "scripts/model-check does not check that {} is caught by property {} (`{line}`)",
+            guard.mutant,
+            guard.property
+        );
+        assert!(
+            model.contains(&format!("@property {} ", guard.property))
+                || model.contains(&format!("@property {} */", guard.property)),
+            "the model has no assertion tagged `@property {}`",
+            guard.property
+        );
+        for (function, fragment) in guard.code {
+            let body = bodies
+                .get(*function)
+                .unwrap_or_else(|| panic!("{}: ledger/src/ops has no fn {function}", guard.mutant));
+            assert!(
+                body.contains(&normalized(fragment)),
+                "{}: fn {function} no longer contains `{fragment}`. The model's guard (and its \
+                 mutant) stand for that code: change the model with it, re-run scripts/model-check, \
+                 then this table",
+                guard.mutant
+            );
+        }
+    }
 }

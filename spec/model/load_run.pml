@@ -5,7 +5,9 @@
  * the NiFi flows, workers, dispatcher replicas, sweeper and operators that ask for those decisions.
  * docs/model.md explains the abstraction, the bounds and how to run it (scripts/model-check).
  *
- * One `atomic` block = one ledger transaction. The ledger's locking (§3.10, §5.3) makes committed
+ * One `atomic` block = one ledger transaction, except a chunk report that passes the gate: its
+ * run-row increment and completion are a second step, between which sibling reports may run, as
+ * they may in PostgreSQL (§5.3 rule 3). The ledger's locking (§3.10, §5.3) makes committed
  * transactions serializable in effect (§5.3 rule 4); whether the SQL really achieves that is proven
  * by the concurrency tests against PostgreSQL, not here. The model checks the protocol above it:
  * that the compare-and-set guards give the §11 guarantees under every interleaving.
@@ -18,7 +20,9 @@
  *
  * Each transaction carries a tag `@op <ledger operation>` and the `@event`s it writes;
  * ledger/tests/model_mapping.rs maps them to the ledger and fails when the ledger gains an
- * operation, an event or a status that the model lacks.
+ * operation, an event or a status that the model lacks. Each `MUTANT_*` removes one guard; the
+ * same test ties it to the ledger code that implements the guard, and scripts/model-check checks
+ * that spin catches it with the property named there (`@property` tags on the assertions).
  */
 
 /* ---------------------------------------------------------------- bounds */
@@ -42,6 +46,9 @@
 #endif
 #ifndef RESENDS
 #define RESENDS 1       /* operator resends */
+#endif
+#ifndef C
+#define C 1             /* chunks per partition (chunkCount) */
 #endif
 #define TOKENS (W + MAX_ATTEMPTS - 1)   /* claim tokens handed out in total */
 #define ROWS (P + 1)    /* outbox rows: 0 = VALIDATE_RUN, 1 + p = REISSUE_PARTITION of p */
@@ -93,6 +100,17 @@
 #define SEND_RETRYABLE 2
 #define SEND_REFUSED 3
 
+/* load_file.status */
+#define CS_NONE 0
+#define CS_WRITTEN 1
+#define CS_FAILED 2
+
+/* what a publish claimant's INSERT OVERWRITE told it */
+#define OW_NONE 0
+#define OW_PUBLISHED 1
+#define OW_FAILED 2
+#define OW_CUT_OFF 3
+
 /* ---------------------------------------------------------------- the ledger */
 byte rstat;                 /* load_run.status */
 byte run2;                  /* a second run of the same (jobKey, businessKey): R_NONE or CREATED */
@@ -103,12 +121,15 @@ byte part[P];               /* load_partition.status */
 byte ptoken[P];             /* load_partition.claim_token (0 = NULL) */
 byte pattempt[P];           /* load_partition.attempt_count */
 bit pzero[P];               /* expectedRowCount = 0 */
+byte cstat[P * C];          /* load_file.status of chunk i of partition p, at p * C + i */
+byte cowner[P * C];         /* the claim token whose report wrote that chunk: its content */
 byte dstat[ROWS];           /* load_dispatch.status */
 /* The VALIDATE_RUN row goes through the dispatcher step by step (lease, send, outcome). The
    REISSUE_PARTITION rows take the same code path; the model sends them in one abstract step, so
    that their attempts and leases do not multiply the state space. */
 byte datt;                  /* load_dispatch.attempt_count of VALIDATE_RUN */
 byte dlease;                /* 0, or r + 1 while replica r holds an unexpired lease on it */
+byte dlease_epoch;          /* load_dispatch.leased_epoch: the epoch that lease was taken in */
 bit delivered;              /* PG-05 has received VALIDATE_RUN */
 byte pub_token;             /* load_run.publish_token (0 = NULL) */
 byte epoch;                 /* leader_epoch.epoch */
@@ -120,12 +141,21 @@ byte rep_epoch[D];          /* the epoch replica r believes it leads with (0 = f
 bit rep_row[D];             /* replica r has leased VALIDATE_RUN and not yet recorded the outcome */
 byte rep_send[D];           /* SEND_*: what replica r's send of that row got back */
 byte resends;               /* operator resends so far */
+byte inflight;              /* chunk reports between their partition's success and their commit */
+bit inc[P];                 /* report of p: partition SUCCESS written, run increment not yet */
+byte rd[P];                 /* success_partition_count as that report read it (FOR KEY SHARE) */
+byte claimant_seen[PUB_TOKENS + 1]; /* OW_*: what claimant k's INSERT OVERWRITE told it */
 
 /* ---------------------------------------------------------------- ghosts (for the properties) */
 byte g_completions;         /* completion CAS wins = responses with validationScheduled=true */
 byte g_vr_inserts;          /* VALIDATE_RUN rows inserted */
 byte g_starts;              /* validation/start answered started=true */
 byte g_pub_claims;          /* bitmask of publish tokens answered claimed=true */
+byte g_overwrites;          /* INSERT OVERWRITEs run by claimants answered claimed=true */
+bit g_landed;               /* the target table holds the run's data */
+bit g_false_outcome;        /* a publish result report recorded what the overwrite did not do */
+bit g_acked;                /* VALIDATE_RUN has been ACKED */
+bit g_deposed_write;        /* a leader transaction wrote while its epoch was not the current one */
 byte g_resolutions;         /* resolves answered changed=true */
 bit g_succeeded[P];         /* the partition has been SUCCESS */
 bit g_ended_extract;        /* the run entered FAILED_EXTRACT or FAILED_SNAPSHOT_EXPIRED */
@@ -176,12 +206,13 @@ inline time_out_run() {
     end_run(TIMED_OUT)
 }
 
+/* The committed SUCCESS partitions: a sibling report's success is not visible before it commits. */
 inline count_successes() {
     h_n = 0;
     h_rows = 0;
     for (h_i : 0 .. P - 1) {
         if
-        :: part[h_i] == PT_SUCCESS -> h_n++; h_rows = h_rows + 1 - pzero[h_i]
+        :: part[h_i] == PT_SUCCESS && !inc[h_i] -> h_n++; h_rows = h_rows + 1 - pzero[h_i]
         :: else
         fi
     }
@@ -208,14 +239,42 @@ inline completion_cas() {
 /* §7.2 rule 3: the run still waits for the row's acknowledgement. */
 #define AWAITED(row) ((row == 0 && rstat == EXTRACTED_VALIDATED) || (row > 0 && rstat == EXTRACTING && part[row - 1] == PT_RETRY))
 
-/* A leader transaction starts with the fence (§7.1): a stale epoch writes nothing. The sweeper
-   runs in the current leader; a deposed one's ticks are fenced out and change nothing. */
-#ifndef MUTANT_NO_FENCE
-#define FENCED(r) (rep_epoch[r] != 0 && rep_epoch[r] == epoch)
+/* A leader transaction starts with the fence (§7.1): a stale epoch writes nothing. Every leader
+   path (the dispatcher's lease, its outcome, the sweeper's tick) is run by a replica, which may
+   have been deposed without knowing it; each path's fence has its own mutant. */
+#define CURRENT(r) (rep_epoch[r] != 0 && rep_epoch[r] == epoch)
+#ifdef MUTANT_NO_LEASE_FENCE
+#define LEASE_FENCE(r) (rep_epoch[r] != 0)
 #else
-#define FENCED(r) (rep_epoch[r] != 0)
+#define LEASE_FENCE(r) CURRENT(r)
 #endif
-#define LEADER (epoch > 0)
+#ifdef MUTANT_NO_OUTCOME_FENCE
+#define OUTCOME_FENCE(r) (rep_epoch[r] != 0)
+#else
+#define OUTCOME_FENCE(r) CURRENT(r)
+#endif
+#ifdef MUTANT_NO_SWEEP_FENCE
+#define SWEEP_FENCE(r) (rep_epoch[r] != 0)
+#else
+#define SWEEP_FENCE(r) CURRENT(r)
+#endif
+/* The outcome of a send is written only while the row is still PENDING: an early ACK stays. */
+#ifdef MUTANT_NO_CONDITIONAL_OUTCOME
+#define OUTCOME_CAS (dstat[0] != DS_NONE)
+#else
+#define OUTCOME_CAS (dstat[0] == DS_PENDING)
+#endif
+/* A reissue invalidates the partition's WRITTEN chunks (§2.3): the next owner starts afresh. */
+#ifdef MUTANT_NO_INVALIDATE
+#define INVALIDATED CS_WRITTEN
+#else
+#define INVALIDATED CS_FAILED
+#endif
+
+/* Ghost of guarantee 19, set by every leader transaction that writes. */
+inline leader_wrote(r) {
+    g_deposed_write = g_deposed_write || rep_epoch[r] != epoch
+}
 
 #ifdef MUTANT_NO_START_CAS
 #define MUTANT_START_AGAIN (rstat == STAGE_VALIDATING)
@@ -224,45 +283,66 @@ inline completion_cas() {
 #endif
 
 /* ---------------------------------------------------------------- the §11 guarantees */
+/* Each assertion carries `@property <name>` on its line: scripts/model-check reads the line of a
+   violation from spin's trail and names the property that fired. */
 inline check() {
     /* 1, 2: at most one active run per key; PUBLISH_UNKNOWN counts as active */
-    assert(!(run2 == CREATED && ACTIVE(rstat)));
+    assert(!(run2 == CREATED && ACTIVE(rstat)));                                  /* @property 1 */
     /* 13: terminal runs are never revived */
-    assert(!TERMINAL(g_prev) || rstat == g_prev);
+    assert(!TERMINAL(g_prev) || rstat == g_prev);                                 /* @property 13 */
     /* 11: only an operator's resolve leaves PUBLISH_UNKNOWN */
-    assert(!(g_prev == PUBLISH_UNKNOWN && rstat != PUBLISH_UNKNOWN) || g_resolving);
-    /* 6, 7: exactly one completion decision and one VALIDATE_RUN row */
-    assert(g_completions <= 1 && g_vr_inserts <= 1);
+    assert(!(g_prev == PUBLISH_UNKNOWN && rstat != PUBLISH_UNKNOWN) || g_resolving); /* @property 11 */
+    /* 6, 7: at most one completion decision and one VALIDATE_RUN row ... */
+    assert(g_completions <= 1 && g_vr_inserts <= 1);                             /* @property 6-at-most-one */
+    count_successes();
+    /* ... and at least one: once every partition's success has committed, the run has left
+       EXTRACTING (it completed, in the transaction of the last success) */
+    assert(!(rstat == EXTRACTING && inflight == 0 && h_n == P));                 /* @property 6-at-least-one */
     assert(rstat <= EXTRACTING || rstat == FAILED_MANIFEST || rstat == FAILED_EXTRACT
            || rstat == FAILED_SNAPSHOT_EXPIRED || rstat == TIMED_OUT || rstat == CANCELLED
-           || g_completions == 1);
+           || g_completions == 1);                                              /* @property 6-completed */
     /* 8: completion and extract failure never both happen */
-    assert(!(g_ended_extract && g_completions > 0));
-    assert(!g_ended_extract || dstat[0] == DS_NONE);
-    /* 9: one validation start; 10: one publish claimant; 12: one resolution */
-    assert(g_starts <= 1);
-    assert(g_pub_claims <= 2 && g_pub_claims != 3);
-    assert(g_resolutions <= 1);
-    /* 16: counters agree with the partition rows; extracted_count is 0 until the completion */
-    count_successes();
-    assert(rstat == CREATED || rstat == FAILED_MANIFEST || success_count == h_n);
+    assert(!(g_ended_extract && g_completions > 0));                             /* @property 8 */
+    assert(!g_ended_extract || dstat[0] == DS_NONE);                             /* @property 8-no-row */
+    /* 9: one validation start (PG-40 prepares the stage table once) */
+    assert(g_starts <= 1);                                                      /* @property 9 */
+    /* 10: one publish claimant: one INSERT OVERWRITE runs, and the recorded outcome is what it did */
+    assert(g_overwrites <= 1);                                                  /* @property 10-one-overwrite */
+    assert(!g_false_outcome);                                                   /* @property 10-true-outcome */
+    /* 12: one resolution */
+    assert(g_resolutions <= 1);                                                 /* @property 12 */
+    /* 16: counters agree with the committed partition rows; extracted_count is 0 until the
+       completion, then source_count */
+    assert(rstat == CREATED || rstat == FAILED_MANIFEST || success_count == h_n); /* @property 16 */
     assert((g_completions == 0 && extracted == 0)
-           || (g_completions == 1 && extracted == source && h_rows == source));
+           || (g_completions == 1 && extracted == source && h_rows == source));  /* @property 16-extracted */
     for (h_i : 0 .. P - 1) {
         /* 14, 15: a terminal run leaves no unfinished partition */
-        assert(!TERMINAL(rstat) || !UNFINISHED(part[h_i]));
+        assert(!TERMINAL(rstat) || !UNFINISHED(part[h_i]));                     /* @property 14 */
         /* 5: a succeeded partition never changes */
-        assert(!g_succeeded[h_i] || part[h_i] == PT_SUCCESS);
+        assert(!g_succeeded[h_i] || part[h_i] == PT_SUCCESS);                   /* @property 5 */
         /* 3: a RUNNING partition has exactly one owner token, a RETRY partition none */
-        assert(part[h_i] != PT_RUNNING || (ptoken[h_i] != 0 && rstat == EXTRACTING));
-        assert(part[h_i] != PT_RETRY || ptoken[h_i] == 0)
+        assert(part[h_i] != PT_RUNNING || (ptoken[h_i] != 0 && rstat == EXTRACTING)); /* @property 3 */
+        assert(part[h_i] != PT_RETRY || ptoken[h_i] == 0);                      /* @property 3-retry */
+        /* 4: a succeeded partition's data is its owner's: every chunk the gate counted was written
+           by the claim that succeeded, none by a superseded owner */
+        if
+        :: part[h_i] == PT_SUCCESS && !pzero[h_i] ->
+            for (h_n : 0 .. C - 1) {
+                assert(cstat[h_i * C + h_n] == CS_WRITTEN && cowner[h_i * C + h_n] == ptoken[h_i]); /* @property 4 */
+            }
+        :: else
+        fi
     }
     for (h_i : 0 .. ROWS - 1) {
         /* 14: ... and no PENDING or SENT dispatch, unless an operator resent one since */
-        assert(!TERMINAL(rstat) || (dstat[h_i] != DS_PENDING && dstat[h_i] != DS_SENT) || g_rearmed[h_i]);
+        assert(!TERMINAL(rstat) || (dstat[h_i] != DS_PENDING && dstat[h_i] != DS_SENT) || g_rearmed[h_i]); /* @property 14-dispatches */
     }
-    /* 18: VALIDATE_RUN is SENT only when PG-05 has it */
-    assert(dstat[0] != DS_SENT || delivered);
+    /* 18: VALIDATE_RUN is SENT only when PG-05 has it; an ACK stays (ACKED is final, §2.5) */
+    assert(dstat[0] != DS_SENT || delivered);                                    /* @property 18-sent */
+    assert(!g_acked || dstat[0] == DS_ACKED);                                    /* @property 18-acked */
+    /* 19: a deposed leader writes nothing */
+    assert(!g_deposed_write);                                                   /* @property 19 */
     g_prev = rstat;
     g_resolving = 0
 }
@@ -299,32 +379,77 @@ inline claim_again(p, t) {
     }
 }
 
-/* §4.7 a chunk report (chunkCount = 1) from token t. Reports with any other token are 409
-   CLAIM_MISMATCH and change nothing, as do identical replays to a SUCCESS partition (changed ones
-   are 409 CHUNK_CONFLICT, rolled back) and late reports after the run ended (recorded only). */
-inline report_chunk(p, t) {
+/* The report's token check (§4.7 step 3, §11 #4): only the partition's current owner writes. */
+#ifdef MUTANT_NO_TOKEN_CHECK
+#define OWNS(p, t) (t != 0)
+#else
+#define OWNS(p, t) (ptoken[p] == t)
+#endif
+
+/* §4.7 a report of chunk i (of C) from token t: the chunk row takes t's content (UPSERT; a FAILED
+   row flips back to WRITTEN). When the partition's WRITTEN chunks are complete the gate judges
+   them: success is a CAS that also requires the reporter's claim token; a mismatch ends the run.
+   Reports with another token are 409 CLAIM_MISMATCH and change nothing, as do identical replays
+   (changed ones to a SUCCESS partition are 409 CHUNK_CONFLICT, rolled back) and late reports
+   after the run ended (recorded only, for cleanup accounting; no verdict). A success leaves the
+   transaction open: the run's conditional increment follows (report_commit), and sibling reports
+   of other partitions may run in between (they hold the run row FOR KEY SHARE too, §5.3). */
+inline report_chunk(p, t, i) {
     atomic {
-        /* @op report_chunk @event PARTITION_SUCCESS @event EXTRACT_VALIDATED @event PARTITION_FAILED @event RUN_FAILED */
-        part[p] == PT_RUNNING && ptoken[p] == t ->
+        /* @op report_chunk @event PARTITION_SUCCESS @event PARTITION_FAILED @event RUN_FAILED */
+        part[p] == PT_RUNNING && !inc[p] && OWNS(p, t) && !(cstat[p * C + i] == CS_WRITTEN && cowner[p * C + i] == t) ->
+        cstat[p * C + i] = CS_WRITTEN; cowner[p * C + i] = t;
+        h_n = 0;
+        for (h_i : 0 .. C - 1) {
+            if
+            :: cstat[p * C + h_i] == CS_WRITTEN -> h_n++
+            :: else
+            fi
+        }
         if
-        :: part[p] = PT_SUCCESS; g_succeeded[p] = 1;         /* the gate passes */
-           success_count++;                                    /* WHERE status = 'EXTRACTING' */
-           if
-           :: success_count == P -> completion_cas()
-           :: else
-           fi
-        :: part[p] = PT_FAILED; g_ended_extract = 1;         /* mismatch: re-run FOR UPDATE */
-           end_run(FAILED_EXTRACT)
+        :: h_n == C && ptoken[p] == t ->
+            if
+            :: part[p] = PT_SUCCESS; g_succeeded[p] = 1;       /* the gate passes */
+               inc[p] = 1; rd[p] = success_count; inflight++
+            :: inflight == 0 ->                                /* mismatch: the re-run under FOR */
+               part[p] = PT_FAILED; g_ended_extract = 1;       /* UPDATE waits for the siblings */
+               end_run(FAILED_EXTRACT)
+            fi
+        :: else                                                 /* incomplete: recorded */
         fi;
         check()
     }
 }
 
-/* §4.8 the final failure of the claim held by token t. */
+/* The completion is decided by the conditional increment's own result (UPDATE … WHERE status =
+   'EXTRACTING' RETURNING success_partition_count), not by the count read before it. */
+#ifdef MUTANT_NO_COMPLETION_RECOUNT
+#define COMPLETES(p) (rd[p] + 1 == P)
+#else
+#define COMPLETES(p) (success_count == P)
+#endif
+
+/* §5.3 rule 3, §5.4: the report's `success_partition_count + 1` and, when that reaches the
+   expected count, the completion CAS; then the commit. */
+inline report_commit(p) {
+    atomic {
+        /* @op report_chunk @event EXTRACT_VALIDATED */
+        inc[p] ->
+        success_count++;                                    /* WHERE status = 'EXTRACTING' */
+        inc[p] = 0; inflight--;
+        if
+        :: COMPLETES(p) -> completion_cas()
+        :: else
+        fi;
+        check()
+    }
+}
+
+/* §4.8 the final failure of the claim held by token t (run row FOR UPDATE: no report in flight). */
 inline fail_partition(p, t) {
     atomic {
         /* @op fail_partition @event PARTITION_FAILED @event RUN_FAILED */
-        part[p] == PT_RUNNING && ptoken[p] == t ->
+        part[p] == PT_RUNNING && ptoken[p] == t && inflight == 0 ->
         part[p] = PT_FAILED;
         g_ended_extract = 1;
         if
@@ -336,7 +461,12 @@ inline fail_partition(p, t) {
 }
 
 /* Every request of a worker, as options of the world's loop. */
-#define WORKER_TOKEN(p, t) :: claim_again(p, t) :: report_chunk(p, t) :: fail_partition(p, t)
+#if C > 1
+#define REPORTS(p, t) :: report_chunk(p, t, 0) :: report_chunk(p, t, 1)
+#else
+#define REPORTS(p, t) :: report_chunk(p, t, 0)
+#endif
+#define WORKER_TOKEN(p, t) :: claim_again(p, t) REPORTS(p, t) :: fail_partition(p, t)
 #if TOKENS > 2
 #define WORKER_TOKEN_3(p) WORKER_TOKEN(p, 3)
 #else
@@ -347,15 +477,17 @@ inline fail_partition(p, t) {
 #else
 #define WORKER_TOKEN_4(p)
 #endif
-#define WORKER_REQUESTS(p) :: claim_new(p) WORKER_TOKEN(p, 1) WORKER_TOKEN(p, 2) WORKER_TOKEN_3(p) WORKER_TOKEN_4(p)
+#define WORKER_REQUESTS(p) :: claim_new(p) WORKER_TOKEN(p, 1) WORKER_TOKEN(p, 2) WORKER_TOKEN_3(p) WORKER_TOKEN_4(p) :: report_commit(p)
 
 /* ---------------------------------------------------------------- dispatcher replicas (§6) */
 
 inline lease(r) {
     atomic {
         /* @op lease_dispatches */
-        FENCED(r) && !rep_row[r] && dstat[0] == DS_PENDING && dlease == 0 ->
-        datt++; dlease = r + 1; rep_row[r] = 1; rep_send[r] = SEND_NONE;
+        /* due: not leased, or leased in an older epoch (its leader is deposed: due at once) */
+        LEASE_FENCE(r) && !rep_row[r] && dstat[0] == DS_PENDING && (dlease == 0 || dlease_epoch < rep_epoch[r]) ->
+        datt++; dlease = r + 1; dlease_epoch = rep_epoch[r]; rep_row[r] = 1; rep_send[r] = SEND_NONE;
+        leader_wrote(r);
         check()
     }
 }
@@ -379,15 +511,15 @@ inline record_outcome(r) {
         /* @op record_dispatch_outcome @event DISPATCH_DEAD */
         rep_row[r] && rep_send[r] != SEND_NONE ->
         if
-        :: FENCED(r) && dstat[0] == DS_PENDING ->           /* conditional: an early ACK stays */
-            assert(rep_epoch[r] == epoch);                  /* 19: a deposed leader writes nothing */
+        :: OUTCOME_FENCE(r) && OUTCOME_CAS ->
+            leader_wrote(r);
             if
             :: rep_send[r] == SEND_2XX -> dstat[0] = DS_SENT
             :: rep_send[r] == SEND_RETRYABLE && datt >= DISPATCH_MAX -> dstat[0] = DS_DEAD
             :: rep_send[r] == SEND_RETRYABLE && datt < DISPATCH_MAX -> skip   /* backoff */
             :: rep_send[r] == SEND_REFUSED -> dstat[0] = DS_DEAD
             fi;
-            dlease = 0
+            dlease = 0; dlease_epoch = 0
         :: else                                             /* not PENDING, or deposed: no write */
         fi;
         rep_row[r] = 0; rep_send[r] = SEND_NONE;
@@ -404,25 +536,25 @@ inline crash(r) {
 inline acquire(r) {
     atomic {
         /* @op acquire_epoch: the replica becomes leader; the old leader is not told */
-        epoch < EPOCHS && !FENCED(r) -> epoch++; rep_epoch[r] = epoch; check()
+        epoch < EPOCHS && !CURRENT(r) -> epoch++; rep_epoch[r] = epoch; check()
     }
 }
 
-#define REPLICA(r) :: lease(r) :: send(r) :: record_outcome(r) :: crash(r) :: acquire(r)
 
 /* dispatch.lease passes. A live sender sends and records within its lease (HTTP timeout <
    dispatch.lease), so only the lease of a sender that died or finished expires. */
 inline lease_expires() {
     atomic {
         /* @env dispatch.lease passes */
-        dlease != 0 && !rep_row[dlease - 1] -> dlease = 0; check() }
+        dlease != 0 && !rep_row[dlease - 1] -> dlease = 0; dlease_epoch = 0; check() }
 }
 
-/* A REISSUE_PARTITION row, leased, sent and recorded in one step by the current leader. */
-inline send_reissue(p) {
+/* A REISSUE_PARTITION row, leased, sent and recorded in one step by replica r. */
+inline send_reissue(r, p) {
     atomic {
         /* @op lease_dispatches @op dispatch_request @op record_dispatch_outcome @event DISPATCH_DEAD */
-        LEADER && dstat[1 + p] == DS_PENDING ->
+        LEASE_FENCE(r) && OUTCOME_FENCE(r) && dstat[1 + p] == DS_PENDING ->
+        leader_wrote(r);
         if
         :: dstat[1 + p] = DS_SENT                           /* PG-20 answered 2xx */
         :: dstat[1 + p] = DS_DEAD                           /* refused, or attempts exhausted */
@@ -433,16 +565,23 @@ inline send_reissue(p) {
 
 /* ---------------------------------------------------------------- the sweeper (§7.2) */
 
-inline stale_partition(p) {
+inline stale_partition(r, p) {
     atomic {
         /* @op sweep.stale_partitions @event RECOVERY_REISSUED @event RUN_TIMED_OUT */
-        LEADER && rstat == EXTRACTING && part[p] == PT_RUNNING ->
+        SWEEP_FENCE(r) && rstat == EXTRACTING && part[p] == PT_RUNNING && inflight == 0 ->
+        leader_wrote(r);
         if
         :: mode_reissue && pattempt[p] < MAX_ATTEMPTS ->
             /* 17: one reissue per claim (the reset clears the token, only a new claim sets one);
                the claim ACKed the previous reissue's row */
             assert(ptoken[p] != 0 && (dstat[1 + p] == DS_NONE || dstat[1 + p] == DS_ACKED));
             part[p] = PT_RETRY; ptoken[p] = 0;
+            for (h_i : 0 .. C - 1) {
+                if
+                :: cstat[p * C + h_i] == CS_WRITTEN -> cstat[p * C + h_i] = INVALIDATED
+                :: else
+                fi
+            }
             dstat[1 + p] = DS_PENDING
         :: else -> time_out_run()                           /* FAIL mode, or attempts exhausted */
         fi;
@@ -450,15 +589,106 @@ inline stale_partition(p) {
     }
 }
 
-inline unacked(row) {
+inline unacked(r, row) {
     atomic {
         /* @op sweep.unacked_dispatches @event DISPATCH_REQUEUED @event DISPATCH_DEAD */
-        LEADER && dstat[row] == DS_SENT && AWAITED(row) ->
+        SWEEP_FENCE(r) && dstat[row] == DS_SENT && AWAITED(row) ->
+        leader_wrote(r);
         if
-        :: row == 0 && datt < DISPATCH_MAX -> dstat[0] = DS_PENDING; dlease = 0
+        :: row == 0 && datt < DISPATCH_MAX -> dstat[0] = DS_PENDING; dlease = 0; dlease_epoch = 0
         :: row == 0 && datt >= DISPATCH_MAX -> dstat[0] = DS_DEAD
         :: row > 0 -> dstat[row] = DS_PENDING               /* attempts left */
         :: row > 0 -> dstat[row] = DS_DEAD                  /* attempts exhausted */
+        fi;
+        check()
+    }
+}
+
+inline run_deadline(r) {
+    atomic {
+        /* @op sweep.run_deadline @event RUN_TIMED_OUT */
+        SWEEP_FENCE(r) && (rstat == CREATED || rstat == EXTRACTING) && inflight == 0 ->
+        leader_wrote(r); time_out_run(); check()
+    }
+}
+
+inline publish_stale(r) {
+    atomic {
+        /* @op sweep.publish_stale @event PUBLISH_UNKNOWN */
+        SWEEP_FENCE(r) && rstat == PUBLISHING -> leader_wrote(r); rstat = PUBLISH_UNKNOWN; check()
+    }
+}
+
+/* Everything a replica does: the dispatcher (VALIDATE_RUN step by step, REISSUE_PARTITION rows in
+   one step), the sweeper's rules, acquiring leadership, dying. */
+#if P > 1
+#define PER_PARTITION_1(r) :: stale_partition(r, 1) :: send_reissue(r, 1) :: unacked(r, 2)
+#else
+#define PER_PARTITION_1(r)
+#endif
+#if P > 2
+#define PER_PARTITION_2(r) :: stale_partition(r, 2) :: send_reissue(r, 2) :: unacked(r, 3)
+#else
+#define PER_PARTITION_2(r)
+#endif
+#define REPLICA(r) :: lease(r) :: send(r) :: record_outcome(r) :: crash(r) :: acquire(r) \
+    :: run_deadline(r) :: publish_stale(r) :: unacked(r, 0) \
+    :: stale_partition(r, 0) :: send_reissue(r, 0) :: unacked(r, 1) \
+    PER_PARTITION_1(r) PER_PARTITION_2(r)
+
+/* ---------------------------------------------------------------- PG-60 publish (§4.12, §4.13) */
+
+/* Claim with token k: the CAS from STAGING_VALIDATED lets exactly one token in. Same-token replays
+   answer claimed=true and change nothing; every other token is answered claimed=false. */
+#ifdef MUTANT_NO_PUBLISH_CAS
+#define CLAIMABLE(k) (rstat == STAGING_VALIDATED || (rstat == PUBLISHING && pub_token != k))
+#else
+#define CLAIMABLE(k) (rstat == STAGING_VALIDATED)
+#endif
+inline claim_publish(k) {
+    atomic {
+        /* @op claim_publish @event PUBLISH_STARTED */
+        CLAIMABLE(k) && !(g_pub_claims & (1 << (k - 1))) ->
+        rstat = PUBLISHING; pub_token = k;
+        g_pub_claims = g_pub_claims | (1 << (k - 1));
+        check()
+    }
+}
+
+/* PG-60 k, answered claimed=true, runs its INSERT OVERWRITE once and learns how it went. */
+inline overwrite(k) {
+    atomic {
+        /* @env PG-60 runs the INSERT OVERWRITE it was granted */
+        (g_pub_claims & (1 << (k - 1))) && claimant_seen[k] == OW_NONE ->
+        g_overwrites++;
+        if
+        :: g_landed = 1; claimant_seen[k] = OW_PUBLISHED
+        :: claimant_seen[k] = OW_FAILED
+        :: g_landed = 1; claimant_seen[k] = OW_CUT_OFF        /* cut off after the data landed */
+        :: claimant_seen[k] = OW_CUT_OFF                      /* cut off before */
+        fi;
+        check()
+    }
+}
+
+/* The result report of claimant k: what its overwrite told it; a claimant that was refused and
+   ran nothing may still report FAILED_PUBLISH from its failure path (PG-90). Only the stored
+   publish token passes (409 PUBLISH_TOKEN_MISMATCH otherwise). */
+#ifdef MUTANT_NO_PUBLISH_TOKEN_CHECK
+#define REPORTER(k) true
+#else
+#define REPORTER(k) (pub_token == k)
+#endif
+inline publish_result(k) {
+    atomic {
+        /* @op publish_result @event PUBLISH_FINISHED @event RUN_FAILED @event PUBLISH_UNKNOWN */
+        rstat == PUBLISHING && REPORTER(k) && (claimant_seen[k] != OW_NONE || !(g_pub_claims & (1 << (k - 1)))) ->
+        if
+        :: claimant_seen[k] == OW_PUBLISHED ->
+            g_false_outcome = g_false_outcome || !g_landed; rstat = PUBLISHED
+        :: claimant_seen[k] == OW_FAILED || claimant_seen[k] == OW_NONE ->
+            g_false_outcome = g_false_outcome || g_landed; end_run(FAILED_PUBLISH)
+        :: claimant_seen[k] == OW_CUT_OFF -> rstat = PUBLISH_UNKNOWN
         fi;
         check()
     }
@@ -471,7 +701,7 @@ inline resend(row) {
         /* @op resend_dispatch @event DISPATCH_RESENT */
         resends < RESENDS && (dstat[row] == DS_DEAD || dstat[row] == DS_SENT) ->
         resends++; dstat[row] = DS_PENDING;
-        if :: row == 0 -> datt = 0; dlease = 0 :: else fi;
+        if :: row == 0 -> datt = 0; dlease = 0; dlease_epoch = 0 :: else fi;
         g_rearmed[row] = TERMINAL(rstat);
         check()
     }
@@ -510,7 +740,9 @@ active proctype world() {
 
     /* ---- PG-20 workers, any request with any token */
     WORKER_REQUESTS(0)
+#if P > 1
     WORKER_REQUESTS(1)
+#endif
 #if P > 2
     WORKER_REQUESTS(2)
 #endif
@@ -518,7 +750,7 @@ active proctype world() {
     /* ---- NiFi's stage failures: /fail with the five allowed pairs (§4.3); others are 409 */
     :: atomic {
         /* @op fail_run @event RUN_FAILED */
-        FAILABLE(rstat) ->
+        FAILABLE(rstat) && inflight == 0 ->
         if
         :: rstat == CREATED -> end_run(FAILED_MANIFEST)
         :: rstat == EXTRACTING -> g_ended_extract = 1; end_run(FAILED_EXTRACT)
@@ -529,24 +761,21 @@ active proctype world() {
         check()
     }
 
-    /* ---- dispatcher replicas and leadership */
+    /* ---- dispatcher and sweeper replicas, leadership */
     REPLICA(0)
+#if D > 1
     REPLICA(1)
+#endif
 #if D > 2
     REPLICA(2)
 #endif
     :: lease_expires()
-    :: send_reissue(0)
-    :: send_reissue(1)
-#if P > 2
-    :: send_reissue(2)
-#endif
 
     /* ---- PG-05 (§4.9): a start with the dispatch id NiFi received; the ACK commits in every case */
     :: atomic {
         /* @op start_validation @event STAGE_VALIDATION_STARTED */
         delivered && (dstat[0] != DS_ACKED || rstat == EXTRACTED_VALIDATED || MUTANT_START_AGAIN) ->
-        dstat[0] = DS_ACKED;
+        dstat[0] = DS_ACKED; g_acked = 1;
         if
         :: rstat == EXTRACTED_VALIDATED || MUTANT_START_AGAIN -> rstat = STAGE_VALIDATING; g_starts++
         :: else                                             /* started=false */
@@ -558,53 +787,16 @@ active proctype world() {
         rstat == STAGE_VALIDATING -> rstat = STAGING_VALIDATED; check()  /* STAGING metrics pass */
     }
 
-    /* ---- PG-60 publish (§4.12, §4.13): two instances with their own tokens */
-    :: atomic {
-        /* @op claim_publish @event PUBLISH_STARTED */
-        rstat == STAGING_VALIDATED ->
-        rstat = PUBLISHING;
-        if
-        :: pub_token = 1
-        :: pub_token = 2
-        fi;
-        g_pub_claims = g_pub_claims | (1 << (pub_token - 1));
-        check()
-    }
-    :: atomic {
-        /* @op publish_result @event PUBLISH_FINISHED @event RUN_FAILED @event PUBLISH_UNKNOWN */
-        rstat == PUBLISHING ->      /* only pub_token's report passes the token check (409 else) */
-        assert(g_pub_claims == (1 << (pub_token - 1)));      /* 10: only the claimant reports */
-        if
-        :: rstat = PUBLISHED
-        :: end_run(FAILED_PUBLISH)
-        :: rstat = PUBLISH_UNKNOWN                           /* the publish was cut off */
-        fi;
-        check()
-    }
+    /* ---- PG-60: two instances, each with its own publish token */
+    :: claim_publish(1)
+    :: claim_publish(2)
+    :: overwrite(1)
+    :: overwrite(2)
+    :: publish_result(1)
+    :: publish_result(2)
     :: atomic {
         /* @op succeed @event RUN_SUCCESS */
         rstat == PUBLISHED -> end_run(SUCCESS); check()      /* TARGET metrics pass */
-    }
-
-    /* ---- the sweeper, in the leader */
-    :: stale_partition(0)
-    :: stale_partition(1)
-#if P > 2
-    :: stale_partition(2)
-#endif
-    :: atomic {
-        /* @op sweep.run_deadline @event RUN_TIMED_OUT */
-        LEADER && (rstat == CREATED || rstat == EXTRACTING) -> time_out_run(); check()
-    }
-    :: unacked(0)
-    :: unacked(1)
-    :: unacked(2)
-#if P > 2
-    :: unacked(3)
-#endif
-    :: atomic {
-        /* @op sweep.publish_stale @event PUBLISH_UNKNOWN */
-        LEADER && rstat == PUBLISHING -> rstat = PUBLISH_UNKNOWN; check()
     }
 
     /* ---- operators */
@@ -620,11 +812,13 @@ active proctype world() {
     }
     :: atomic {
         /* @op cancel_run @event RUN_CANCELLED */
-        CANCELLABLE(rstat) -> end_run(CANCELLED); check()
+        CANCELLABLE(rstat) && inflight == 0 -> end_run(CANCELLED); check()
     }
     :: resend(0)
     :: resend(1)
+#if P > 1
     :: resend(2)
+#endif
 #if P > 2
     :: resend(3)
 #endif
@@ -638,7 +832,7 @@ active proctype world() {
     /* ---- nothing can move any more: the run has ended, or it waits for a person and says so
        (a DEAD dispatch raises NeedsOperator), never silently */
     :: timeout ->
-        assert(TERMINAL(rstat) || (rstat == EXTRACTED_VALIDATED && dstat[0] == DS_DEAD));
+        assert(TERMINAL(rstat) || (rstat == EXTRACTED_VALIDATED && dstat[0] == DS_DEAD)); /* @property never-stuck-silently */
         break
     od
 }
