@@ -31,6 +31,8 @@ pub struct Inner {
     limiter: Option<Arc<Semaphore>>,
     /// Connection counters of the HTTP edge (`edge.rs`), for `/metrics`.
     pub edge: Arc<crate::edge::EdgeStats>,
+    /// `server.forwarded_allow_ips`, parsed (the access log's client address).
+    trusted_proxies: lcconfig::config::TrustedProxies,
 }
 
 #[derive(Clone)]
@@ -45,10 +47,15 @@ impl AppState {
             .map(|n| Arc::new(Semaphore::new(n)));
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let ledger = ledger.with_lock_wait_observer(metrics.clone());
+        // Validated at start; a configuration that skipped validation trusts no proxy.
+        let trusted_proxies =
+            lcconfig::config::TrustedProxies::parse(&config.server.forwarded_allow_ips)
+                .unwrap_or(lcconfig::config::TrustedProxies::Only(Vec::new()));
         AppState(Arc::new(Inner {
             ledger,
             metrics,
             auth,
+            trusted_proxies,
             config,
             limiter,
             edge: Default::default(),
@@ -331,6 +338,32 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         .to_string();
     let slot = CallerSlot::default();
     req.extensions_mut().insert(slot.clone());
+    let logging = &state.0.config.logging;
+    let access_logged = !quiet && logging.access_log;
+    let bodies_logged = access_logged && logging.access_body;
+    let client = if access_logged {
+        let peer = req
+            .extensions()
+            .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+            .map(|c| c.0);
+        crate::access::client(
+            peer,
+            req.headers(),
+            state.0.config.server.proxy_headers,
+            &state.0.trusted_proxies,
+        )
+    } else {
+        String::new()
+    };
+    let query = req.uri().query().unwrap_or("").to_string();
+    let request_body = if bodies_logged && matches!(method.as_str(), "POST" | "PUT" | "PATCH") {
+        let (parts, body) = req.into_parts();
+        let (body, seen) = crate::access::Tee::wrap(body, logging.access_body_max);
+        req = Request::from_parts(parts, body);
+        Some(seen)
+    } else {
+        None
+    };
 
     let permit = match (&state.0.limiter, path.starts_with("/v1")) {
         (Some(l), true) => match l.clone().try_acquire_owned() {
@@ -357,7 +390,25 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         res.status().as_u16(),
         started.elapsed().as_secs_f64(),
     );
-    if !quiet && state.0.config.logging.access_log {
+    if access_logged {
+        let max = logging.access_body_max;
+        let request_body = request_body
+            .map(|seen| seen.lock().expect("tee").clipped(max))
+            .unwrap_or_default();
+        let mut response_body = String::new();
+        if bodies_logged {
+            let (parts, body) = res.into_parts();
+            // Our responses are whole buffers; collecting one cannot fail or wait.
+            let bytes = axum::body::to_bytes(body, usize::MAX)
+                .await
+                .unwrap_or_default();
+            let text = String::from_utf8_lossy(&bytes);
+            response_body = crate::access::clip(&text, text.chars().count(), max);
+            res = Response::from_parts(parts, Body::from(bytes));
+        }
+        tracing::info!(target: "load_control.access", event = "api_request", requestId = %request_id, method = %method,
+            path = %path, query = %query, client = %client, xRunId = %x_run_id, requestBody = %request_body,
+            "{method} {path} from {client}");
         let status = res.status().as_u16();
         let caller = slot.0.lock().expect("caller slot").clone();
         let (role, identity) = caller
@@ -368,7 +419,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
             ($lvl:ident) => {
                 tracing::$lvl!(target: "load_control.access", event = "api_response", requestId = %request_id, method = %method,
                     path = %path, endpoint = %endpoint, httpStatus = status, durationMs = duration_ms, role, identity = %identity,
-                    xRunId = %x_run_id, "{method} {path} -> {status}")
+                    xRunId = %x_run_id, responseBody = %response_body, "{method} {path} -> {status}")
             };
         }
         match status {

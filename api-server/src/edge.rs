@@ -178,7 +178,7 @@ pub async fn serve<L, S>(
     mut stop: watch::Receiver<bool>,
     grace: Duration,
 ) where
-    L: axum::serve::Listener,
+    L: axum::serve::Listener<Addr = std::net::SocketAddr>,
     L::Io: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<
             Request,
@@ -192,7 +192,7 @@ pub async fn serve<L, S>(
     let permits = Arc::new(Semaphore::new(limits.max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     loop {
-        let (io, _peer) = tokio::select! {
+        let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|s| *s) => break,
         };
@@ -222,7 +222,11 @@ pub async fn serve<L, S>(
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 state.request_started();
                 let state = state.clone();
-                let call = tower::ServiceExt::oneshot(app.clone(), req.map(Body::new));
+                let mut req = req.map(Body::new);
+                // The peer's address, for the access log's client (access.rs).
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                let call = tower::ServiceExt::oneshot(app.clone(), req);
                 async move {
                     let response = call.await;
                     state.response_ready();

@@ -1,4 +1,5 @@
 //! The load-control HTTP API (CONTRACT §3–§4): NiFi- and operator-facing endpoints over the ledger.
+pub mod access;
 pub mod app;
 pub mod auth;
 pub mod edge;

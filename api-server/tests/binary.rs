@@ -195,7 +195,7 @@ async fn tokens_never_appear_in_the_logs() {
         &std::env::temp_dir(),
         &format!(
             "database:\n  url: {}\nauth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {digest}}}]\n\
-             logging:\n  format: json\n  level: DEBUG\n  access_log: true\n",
+             logging:\n  format: json\n  level: DEBUG\n  access_log: true\n  access_body: false\n",
             db.url
         ),
     );
@@ -229,7 +229,9 @@ async fn tokens_never_appear_in_the_logs() {
             r.status()
         );
     }
-    // A token sent where it does not belong (a body field) is not echoed either.
+    // A token sent where it does not belong (a body field) is not echoed either: bodies are logged
+    // only with `logging.access_body` (the default, §9.2), which this site turned off.
+    // `the_access_log_names_the_client_and_clips_bodies` covers bodies that are logged.
     let _ = client
         .post(format!("{base}/v1/runs"))
         .bearer_auth(good)
@@ -252,6 +254,95 @@ async fn tokens_never_appear_in_the_logs() {
     for secret in [good, unknown, "bWFsZm9ybWVkLXNlY3JldA"] {
         assert!(!logs.contains(secret), "{secret} appears in the logs");
     }
+}
+
+/// The access log (§9.2): `api_request` then `api_response` for each request, the client behind
+/// a trusted proxy, request and response bodies clipped at `logging.access_body_max`.
+#[tokio::test]
+async fn the_access_log_names_the_client_and_clips_bodies() {
+    let db = TestDb::fresh().await;
+    let token = "access-log-token-51ab";
+    let digest = load_control_api::auth::sha256_hex(token);
+    let path = config_file(
+        &std::env::temp_dir(),
+        &format!(
+            "database:\n  url: {}\nauth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {digest}}}]\n\
+             server:\n  forwarded_allow_ips: 127.0.0.1\n\
+             logging:\n  format: json\n  access_body_max: 40\n",
+            db.url
+        ),
+    );
+    let (server, port) = serve(&path, &[], Stdio::piped);
+    testkit::install_crypto();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if client.get(format!("{base}/readyz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let body = r#"{"jobKey":"ACCESS_LOG","businessKey":"2026-12-02","hdfsRoot":"/data/access/","stageTablePrefix":"tmp_access_"}"#;
+    let created = client
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(token)
+        .header("X-Forwarded-For", "203.0.113.7")
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 200);
+    let answer = created.text().await.unwrap();
+    let listed = client
+        .get(format!("{base}/v1/runs?limit=1"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(listed.status(), 200);
+    send_sigterm(server.id());
+    let out = server.wait_with_output().unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let find = |event: &str, method: &str| {
+        lines
+            .iter()
+            .position(|l| l["event"] == event && l["method"] == method)
+            .unwrap_or_else(|| panic!("no {event} for {method} in {lines:#?}"))
+    };
+    let (request, response) = (find("api_request", "POST"), find("api_response", "POST"));
+    assert!(request < response, "api_request comes first");
+    let request = &lines[request];
+    assert_eq!(
+        request["client"], "203.0.113.7",
+        "the proxy's X-Forwarded-For is believed"
+    );
+    assert_eq!(
+        request["requestBody"],
+        format!("{}...(+{} chars)", &body[..40], body.len() - 40)
+    );
+    let response = &lines[response];
+    let shown: String = answer.chars().take(40).collect();
+    assert_eq!(
+        response["responseBody"],
+        format!("{shown}...(+{} chars)", answer.chars().count() - 40)
+    );
+    assert_eq!(response["httpStatus"], 200);
+    // A GET has no request body to log; its response body is logged.
+    let get = &lines[find("api_request", "GET")];
+    assert_eq!(get["requestBody"], "");
+    assert_eq!(get["query"], "limit=1");
+    assert!(
+        get["client"].as_str().unwrap().starts_with("127.0.0.1:"),
+        "no X-Forwarded-For: the peer itself, {get}"
+    );
+    assert!(
+        !String::from_utf8_lossy(&out.stdout).contains(token),
+        "the bearer token is never logged"
+    );
 }
 
 /// `probe` (the chart's `helm test`): readiness and the document, an authenticated read with the

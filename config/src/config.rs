@@ -25,6 +25,43 @@ pub enum ConfigError {
     Invalid { key: String, message: String },
 }
 
+/// `server.forwarded_allow_ips`: the peers whose `X-Forwarded-For` is believed (§10.1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TrustedProxies {
+    /// `*`: every peer.
+    Any,
+    Only(Vec<std::net::IpAddr>),
+}
+
+impl TrustedProxies {
+    /// `*`, or addresses separated by commas (spaces allowed around them).
+    pub fn parse(text: &str) -> Result<TrustedProxies, String> {
+        let entries: Vec<&str> = text
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .collect();
+        if entries.contains(&"*") {
+            return Ok(TrustedProxies::Any);
+        }
+        entries
+            .iter()
+            .map(|e| {
+                e.parse()
+                    .map_err(|_| format!("`{e}` is not an IP address (nor `*`)"))
+            })
+            .collect::<Result<_, _>>()
+            .map(TrustedProxies::Only)
+    }
+
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        match self {
+            TrustedProxies::Any => true,
+            TrustedProxies::Only(ips) => ips.contains(&ip) || ips.contains(&ip.to_canonical()),
+        }
+    }
+}
+
 fn invalid(key: &str, message: impl Into<String>) -> ConfigError {
     ConfigError::Invalid {
         key: key.to_string(),
@@ -529,6 +566,8 @@ impl Config {
                 "client_cert and client_key go together",
             ));
         }
+        TrustedProxies::parse(&s.forwarded_allow_ips)
+            .map_err(|m| invalid("server.forwarded_allow_ips", m))?;
         if !(1..=65535).contains(&s.port) {
             return Err(invalid(
                 "server.port",
@@ -777,6 +816,34 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("prot"), "{e}");
+    }
+
+    #[test]
+    fn forwarded_allow_ips_is_star_or_addresses() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(TrustedProxies::parse("*").unwrap(), TrustedProxies::Any);
+        let some = TrustedProxies::parse("127.0.0.1, ::1,10.0.0.2").unwrap();
+        assert!(
+            some.trusts(ip("127.0.0.1")) && some.trusts(ip("::1")) && some.trusts(ip("10.0.0.2"))
+        );
+        assert!(
+            some.trusts(ip("::ffff:127.0.0.1")),
+            "IPv4 seen through an IPv6 socket"
+        );
+        assert!(!some.trusts(ip("10.0.0.3")));
+        assert!(!TrustedProxies::parse("").unwrap().trusts(ip("127.0.0.1")));
+        let e = Config::from_sources(
+            &format!("{MINIMAL}server:\n  forwarded_allow_ips: 127.0.0.1,proxy.local\n"),
+            &[],
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("forwarded_allow_ips") && e.contains("proxy.local"),
+            "{e}"
+        );
     }
 
     #[test]

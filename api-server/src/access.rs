@@ -1,0 +1,165 @@
+//! What the access log says about a request (CONTRACT §9.2): the client's address, believed from
+//! `X-Forwarded-For` only when the peer is a trusted proxy (`server.proxy_headers`,
+//! `server.forwarded_allow_ips`), and the request and response bodies, clipped at
+//! `logging.access_body_max` characters (`logging.access_body`).
+use axum::body::Body;
+use axum::http::HeaderMap;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use lcconfig::config::TrustedProxies;
+use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+/// The client of a request. The peer's own address unless it is a trusted proxy that sent
+/// `X-Forwarded-For`; then the hops are read from the right (the nearest proxy's view first) and
+/// the first one the proxies are not trusted to have added is the client. When every hop is
+/// trusted, the leftmost one is.
+pub fn client(
+    peer: Option<SocketAddr>,
+    headers: &HeaderMap,
+    proxy_headers: bool,
+    trusted: &TrustedProxies,
+) -> String {
+    let Some(peer) = peer else {
+        return String::new();
+    };
+    if !proxy_headers || !trusted.trusts(peer.ip()) {
+        return peer.to_string();
+    }
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|hop| !hop.is_empty())
+        .collect();
+    for hop in forwarded.iter().rev() {
+        match hop.parse::<IpAddr>() {
+            Ok(ip) if trusted.trusts(ip) => continue,
+            _ => return (*hop).to_string(),
+        }
+    }
+    forwarded
+        .first()
+        .map(|hop| hop.to_string())
+        .unwrap_or_else(|| peer.to_string())
+}
+
+/// `text` cut at `max` characters, with `...(+<n> chars)` saying how many were left out.
+pub fn clip(text: &str, total_chars: usize, max: usize) -> String {
+    if total_chars <= max {
+        return text.to_string();
+    }
+    let kept: String = text.chars().take(max).collect();
+    format!("{kept}...(+{} chars)", total_chars - max)
+}
+
+/// What a [`Tee`] has seen of a body: its first bytes and its length in characters.
+#[derive(Default)]
+pub struct Seen {
+    head: Vec<u8>,
+    chars: usize,
+}
+
+impl Seen {
+    /// The body as the access log shows it.
+    pub fn clipped(&self, max: usize) -> String {
+        clip(&String::from_utf8_lossy(&self.head), self.chars, max)
+    }
+}
+
+/// A request body that keeps a copy of what the handler reads (never more than the log shows),
+/// so that the body is read once, under the handler's own size and time limits.
+pub struct Tee {
+    inner: Body,
+    seen: Arc<Mutex<Seen>>,
+    keep: usize,
+}
+
+impl Tee {
+    /// Wraps `inner`, keeping enough bytes for `max_chars` characters.
+    pub fn wrap(inner: Body, max_chars: usize) -> (Body, Arc<Mutex<Seen>>) {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let tee = Tee {
+            inner,
+            seen: seen.clone(),
+            keep: max_chars.saturating_mul(4).saturating_add(4),
+        };
+        (Body::new(tee), seen)
+    }
+}
+
+impl http_body::Body for Tee {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        let polled = Pin::new(&mut self.inner).poll_frame(cx);
+        if let Poll::Ready(Some(Ok(frame))) = &polled
+            && let Some(data) = frame.data_ref()
+        {
+            let mut seen = self.seen.lock().expect("tee");
+            let room = self.keep.saturating_sub(seen.head.len());
+            seen.head.extend_from_slice(&data[..room.min(data.len())]);
+            // Characters are counted by their first bytes (UTF-8 continuation bytes excluded).
+            seen.chars += data.iter().filter(|b| (**b & 0xC0) != 0x80).count();
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(xff: &[&str]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for v in xff {
+            h.append("x-forwarded-for", HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    #[test]
+    fn the_client_is_believed_only_from_trusted_proxies() {
+        let local = TrustedProxies::parse("127.0.0.1").unwrap();
+        let peer: SocketAddr = "127.0.0.1:40000".parse().unwrap();
+        let stranger: SocketAddr = "192.0.2.9:5000".parse().unwrap();
+        let xff = headers(&["203.0.113.7"]);
+        assert_eq!(client(Some(peer), &xff, true, &local), "203.0.113.7");
+        assert_eq!(client(Some(peer), &xff, false, &local), "127.0.0.1:40000");
+        assert_eq!(client(Some(stranger), &xff, true, &local), "192.0.2.9:5000");
+        assert_eq!(
+            client(Some(peer), &headers(&[]), true, &local),
+            "127.0.0.1:40000"
+        );
+        // A client that forges the header is one hop further left than the proxy's own entry.
+        let chain = headers(&["198.51.100.1, 203.0.113.7", "127.0.0.1"]);
+        assert_eq!(client(Some(peer), &chain, true, &local), "203.0.113.7");
+        let any = TrustedProxies::parse("*").unwrap();
+        assert_eq!(client(Some(stranger), &chain, true, &any), "198.51.100.1");
+        assert_eq!(client(None, &chain, true, &any), "");
+    }
+
+    #[test]
+    fn bodies_are_clipped_with_what_was_left_out() {
+        assert_eq!(clip("abc", 3, 3), "abc");
+        assert_eq!(clip("abcdef", 6, 4), "abcd...(+2 chars)");
+        assert_eq!(clip("ééé", 3, 1), "é...(+2 chars)");
+    }
+}
