@@ -2,15 +2,12 @@
 //! `X-Forwarded-For` only when the peer is a trusted proxy (`server.proxy_headers`,
 //! `server.forwarded_allow_ips`), and the request and response bodies, clipped at
 //! `logging.access_body_max` characters (`logging.access_body`).
+use crate::watched_body::{BodyWatch, watched};
 use axum::body::Body;
 use axum::http::HeaderMap;
-use bytes::Bytes;
-use http_body::{Frame, SizeHint};
 use lcconfig::config::TrustedProxies;
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 /// The client of a request. The peer's own address unless it is a trusted proxy that sent
 /// `X-Forwarded-For`; then the hops are read from the right (the nearest proxy's view first) and
@@ -59,66 +56,46 @@ pub fn clip(text: &str, total_chars: usize, max: usize) -> String {
 
 /// What a [`Tee`] has seen of a body: its first bytes and its length in characters.
 #[derive(Default)]
-pub struct Seen {
+struct Seen {
     head: Vec<u8>,
     chars: usize,
 }
 
 impl Seen {
-    /// The body as the access log shows it.
-    pub fn clipped(&self, max: usize) -> String {
+    fn clipped(&self, max: usize) -> String {
         clip(&String::from_utf8_lossy(&self.head), self.chars, max)
     }
 }
 
-/// A request body that keeps a copy of what the handler reads (never more than the log shows),
-/// so that the body is read once, under the handler's own size and time limits.
+/// Keeps a copy of what the handler reads of a request body (never more than the log shows).
 pub struct Tee {
-    inner: Body,
-    seen: Arc<Mutex<Seen>>,
+    seen: Mutex<Seen>,
     keep: usize,
 }
 
 impl Tee {
-    /// Wraps `inner`, keeping enough bytes for `max_chars` characters.
-    pub fn wrap(inner: Body, max_chars: usize) -> (Body, Arc<Mutex<Seen>>) {
-        let seen = Arc::new(Mutex::new(Seen::default()));
-        let tee = Tee {
-            inner,
-            seen: seen.clone(),
+    /// Wraps `body`, keeping enough bytes for `max_chars` characters.
+    pub fn wrap(body: Body, max_chars: usize) -> (Body, Arc<Tee>) {
+        let tee = Arc::new(Tee {
+            seen: Mutex::new(Seen::default()),
             keep: max_chars.saturating_mul(4).saturating_add(4),
-        };
-        (Body::new(tee), seen)
+        });
+        (watched(body, tee.clone()), tee)
+    }
+
+    /// The body as the access log shows it.
+    pub fn clipped(&self, max: usize) -> String {
+        self.seen.lock().expect("tee").clipped(max)
     }
 }
 
-impl http_body::Body for Tee {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled
-            && let Some(data) = frame.data_ref()
-        {
-            let mut seen = self.seen.lock().expect("tee");
-            let room = self.keep.saturating_sub(seen.head.len());
-            seen.head.extend_from_slice(&data[..room.min(data.len())]);
-            // Characters are counted by their first bytes (UTF-8 continuation bytes excluded).
-            seen.chars += data.iter().filter(|b| (**b & 0xC0) != 0x80).count();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
+impl BodyWatch for Tee {
+    fn data(&self, chunk: &[u8]) {
+        let mut seen = self.seen.lock().expect("tee");
+        let room = self.keep.saturating_sub(seen.head.len());
+        seen.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
+        // Characters are counted by their first bytes (UTF-8 continuation bytes excluded).
+        seen.chars += chunk.iter().filter(|b| (**b & 0xC0) != 0x80).count();
     }
 }
 

@@ -392,9 +392,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     );
     if access_logged {
         let max = logging.access_body_max;
-        let request_body = request_body
-            .map(|seen| seen.lock().expect("tee").clipped(max))
-            .unwrap_or_default();
+        let request_body = request_body.map(|tee| tee.clipped(max)).unwrap_or_default();
         let mut response_body = String::new();
         if bodies_logged {
             let (parts, body) = res.into_parts();

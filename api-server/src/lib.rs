@@ -12,4 +12,5 @@ pub mod openapi;
 pub mod requests;
 pub mod server;
 pub mod tls;
+pub mod watched_body;
 pub use lcconfig::{config, logging};

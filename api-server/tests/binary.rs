@@ -177,6 +177,35 @@ fn serve(
     (child, port)
 }
 
+/// The binary with one nifi token (`name: nifi-a`), the database of `db` and `more` YAML, its
+/// output piped, once it answers `/readyz`; the server and its base URL.
+async fn serve_ready(
+    db: &TestDb,
+    token: &str,
+    more: &str,
+    extra_env: &[(&str, &str)],
+) -> (std::process::Child, String) {
+    let digest = load_control_api::auth::sha256_hex(token);
+    let path = config_file(
+        &std::env::temp_dir(),
+        &format!(
+            "database:\n  url: {}\nauth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {digest}}}]\n{more}",
+            db.url
+        ),
+    );
+    let (server, port) = serve(&path, extra_env, Stdio::piped);
+    testkit::install_crypto();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    for _ in 0..100 {
+        if client.get(format!("{base}/readyz")).send().await.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    (server, base)
+}
+
 fn send_sigterm(pid: u32) {
     Command::new("kill")
         .args(["-TERM", &pid.to_string()])
@@ -190,25 +219,14 @@ fn send_sigterm(pid: u32) {
 async fn tokens_never_appear_in_the_logs() {
     let db = TestDb::fresh().await;
     let good = "good-secret-token-4f1c";
-    let digest = load_control_api::auth::sha256_hex(good);
-    let path = config_file(
-        &std::env::temp_dir(),
-        &format!(
-            "database:\n  url: {}\nauth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {digest}}}]\n\
-             logging:\n  format: json\n  level: DEBUG\n  access_log: true\n  access_body: false\n",
-            db.url
-        ),
-    );
-    let (server, port) = serve(&path, &[("RUST_LOG", "trace")], Stdio::piped);
-    testkit::install_crypto();
+    let (server, base) = serve_ready(
+        &db,
+        good,
+        "logging:\n  format: json\n  level: DEBUG\n  access_log: true\n  access_body: false\n",
+        &[("RUST_LOG", "trace")],
+    )
+    .await;
     let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if client.get(format!("{base}/readyz")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let unknown = "unknown-secret-token-9a7e";
     let malformed = "Basic bWFsZm9ybWVkLXNlY3JldA==";
     // Refusals are 401 or 403 as §3.6 says; what matters here is what the logs say about them.
@@ -262,26 +280,14 @@ async fn tokens_never_appear_in_the_logs() {
 async fn the_access_log_names_the_client_and_clips_bodies() {
     let db = TestDb::fresh().await;
     let token = "access-log-token-51ab";
-    let digest = load_control_api::auth::sha256_hex(token);
-    let path = config_file(
-        &std::env::temp_dir(),
-        &format!(
-            "database:\n  url: {}\nauth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {digest}}}]\n\
-             server:\n  forwarded_allow_ips: 127.0.0.1\n\
-             logging:\n  format: json\n  access_body_max: 40\n",
-            db.url
-        ),
-    );
-    let (server, port) = serve(&path, &[], Stdio::piped);
-    testkit::install_crypto();
+    let (server, base) = serve_ready(
+        &db,
+        token,
+        "server:\n  forwarded_allow_ips: 127.0.0.1\nlogging:\n  format: json\n  access_body_max: 40\n",
+        &[],
+    )
+    .await;
     let client = reqwest::Client::new();
-    let base = format!("http://127.0.0.1:{port}");
-    for _ in 0..100 {
-        if client.get(format!("{base}/readyz")).send().await.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
     let body = r#"{"jobKey":"ACCESS_LOG","businessKey":"2026-12-02","hdfsRoot":"/data/access/","stageTablePrefix":"tmp_access_"}"#;
     let created = client
         .post(format!("{base}/v1/runs"))

@@ -12,6 +12,8 @@ use std::sync::Mutex;
 use tokio::sync::OnceCell;
 use uuid::Uuid;
 
+pub mod hostile;
+
 /// Installs ring as the process's rustls provider (the only one the project uses); HTTP clients
 /// built with `rustls-no-provider` need it before they are created.
 pub fn install_crypto() {

@@ -24,6 +24,8 @@ pub struct Sizes {
     pub dispatch_idle_runs: usize,
     pub storm: Duration,
     pub multixact_outcomes: usize,
+    /// Hostile connections of each kind in the slow-clients scenario.
+    pub slow_clients: usize,
     pub pgbench_seconds: u64,
     /// Bound of every scenario that waits for the system.
     pub timeout: Duration,
@@ -46,6 +48,7 @@ impl Sizes {
             dispatch_idle_runs: 30,
             storm: Duration::from_secs(3),
             multixact_outcomes: 100_000,
+            slow_clients: 300,
             pgbench_seconds: 15,
             timeout: Duration::from_secs(600),
             mirror: super::mirror::MirrorSizes {
@@ -73,6 +76,7 @@ impl Sizes {
             dispatch_idle_runs: 3,
             storm: Duration::from_millis(500),
             multixact_outcomes: 400,
+            slow_clients: 20,
             pgbench_seconds: 2,
             timeout: Duration::from_secs(60),
             mirror: super::mirror::MirrorSizes {
@@ -658,6 +662,36 @@ pub async fn hostile_bodies(b: &Bench) -> anyhow::Result<Value> {
               "api_rss_kib_before": before.map(|r| r.0), "api_rss_kib_after": after.map(|r| r.0),
               "api_peak_kib_after": after.map(|r| r.1)}),
     )
+}
+
+/// Hostile connections at the edge: `s.slow_clients` each that stay silent, trickle a head, or
+/// trickle a body with a valid token, against the api-server's default deadlines, with a NiFi-like
+/// client creating runs beside them. When the server closed them, and how NiFi was served.
+pub async fn slow_clients(b: &Bench, s: &Sizes) -> anyhow::Result<Value> {
+    let base = b.client.base().to_string();
+    let port: u16 = base
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse().ok())
+        .ok_or_else(|| anyhow::anyhow!("no port in {base}"))?;
+    let before = b.api.pid().and_then(procstat::rss_kib);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let nifi = tokio::spawn(testkit::hostile::nifi_like(
+        base,
+        super::NIFI_TOKEN.into(),
+        stop.clone(),
+    ));
+    let closed = testkit::hostile::storm(port, s.slow_clients, super::NIFI_TOKEN).await;
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let nifi = nifi.await?;
+    let after = b.api.pid().and_then(procstat::rss_kib);
+    let mut line = testkit::hostile::figures(&closed, &nifi);
+    line["scenario"] = "slow_clients".into();
+    line["deadlines_s"] =
+        json!({"timeout_keep_alive": 5, "header_read_timeout": 10, "body_read_timeout": 10});
+    line["api_rss_kib_before"] = json!(before.map(|r| r.0));
+    line["api_peak_kib_after"] = json!(after.map(|r| r.1));
+    Ok(line)
 }
 
 /// `[0,0,…,0]` of about `n` bytes.

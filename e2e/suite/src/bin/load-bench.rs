@@ -17,6 +17,7 @@ const SCENARIOS: &[&str] = &[
     "multixact",
     "mirror",
     "hostile",
+    "slow_clients",
 ];
 
 #[derive(Parser, Debug)]
@@ -36,7 +37,7 @@ struct Args {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Scenarios to run, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,hostile,multixact,mirror",
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,hostile,slow_clients,multixact,mirror",
           value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     only: Vec<String>,
     /// Concurrent clients of pgbench and the lifecycle, comma-separated
@@ -169,6 +170,13 @@ async fn main() -> anyhow::Result<()> {
         if run("hostile") {
             eprintln!("load-bench: 4 bodies of millions of JSON values at once");
             emit(&scenarios::hostile_bodies(&bench).await?);
+        }
+        if run("slow_clients") {
+            eprintln!(
+                "load-bench: {} silent, head-trickling and body-trickling connections each",
+                s.slow_clients
+            );
+            emit(&scenarios::slow_clients(&bench, &s).await?);
         }
         if run("multixact") {
             eprintln!(
