@@ -71,7 +71,46 @@ fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTree
         .collect()
 }
 
-/// LoadRuns in `ns` with a status (a phase).
+/// Counts the LoadRuns with a status (a phase) from a watch, so that waiting for the initial sync
+/// does not load the API server: a full LIST of 10,000 LoadRuns every 500 ms, as this bench did
+/// before, kept kube-apiserver at its limit and slowed the very sync it measured.
+fn count_mirrored(
+    api: Api<crds::LoadRun>,
+) -> (
+    tokio::sync::watch::Receiver<usize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let (tx, rx) = tokio::sync::watch::channel(0);
+    let task = tokio::spawn(async move {
+        let mut stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .boxed();
+        let mut with_phase = std::collections::HashSet::new();
+        let mut relisting = std::collections::HashSet::new();
+        while let Some(Ok(ev)) = stream.next().await {
+            let has_phase =
+                |lr: &crds::LoadRun| lr.status.as_ref().is_some_and(|s| !s.phase.is_empty());
+            match ev {
+                watcher::Event::Apply(lr) if has_phase(&lr) => {
+                    with_phase.insert(lr.metadata.name.unwrap_or_default());
+                }
+                watcher::Event::Delete(lr) => {
+                    with_phase.remove(&lr.metadata.name.unwrap_or_default());
+                }
+                watcher::Event::Init => relisting.clear(),
+                watcher::Event::InitApply(lr) if has_phase(&lr) => {
+                    relisting.insert(lr.metadata.name.unwrap_or_default());
+                }
+                watcher::Event::InitDone => with_phase = std::mem::take(&mut relisting),
+                _ => continue,
+            }
+            let _ = tx.send(with_phase.len());
+        }
+    });
+    (rx, task)
+}
+
+/// LoadRuns in `ns` with a status (a phase), by one paged LIST (for the error message).
 async fn mirrored(api: &Api<crds::LoadRun>) -> anyhow::Result<usize> {
     let mut n = 0;
     let mut lp = ListParams::default().limit(500);
@@ -179,24 +218,24 @@ async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> any
         &b.logs,
     );
     let runs_api: Api<crds::LoadRun> = Api::namespaced(admin.clone(), &ns);
+    let (mut count, counter) = count_mirrored(runs_api.clone());
     let counts0 = request_counts(&admin).await?;
     op.start()?;
     let pid = op.pid().context("operator pid")?;
     let started = Instant::now();
     let jobs_api: Api<crds::LoadJob> = Api::namespaced(admin.clone(), &ns);
-    while mirrored(&runs_api).await? < s.runs {
-        if started.elapsed() > s.timeout {
-            let job = jobs_api.get("mirror-bench").await?;
-            anyhow::bail!(
-                "the initial sync did not finish within {:?} ({} of {} LoadRuns; LoadJob status {:?}): {}",
-                s.timeout,
-                mirrored(&runs_api).await?,
-                s.runs,
-                job.status,
-                op.log_tail(20)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let synced_in = tokio::time::timeout(s.timeout, count.wait_for(|n| *n >= s.runs)).await;
+    counter.abort();
+    if !matches!(synced_in, Ok(Ok(_))) {
+        let job = jobs_api.get("mirror-bench").await?;
+        anyhow::bail!(
+            "the initial sync did not finish within {:?} ({} of {} LoadRuns; LoadJob status {:?}): {}",
+            s.timeout,
+            mirrored(&runs_api).await?,
+            s.runs,
+            job.status,
+            op.log_tail(20)
+        );
     }
     let initial_sync_s = started.elapsed().as_secs_f64();
     let synced = request_counts(&admin).await?;
