@@ -54,6 +54,23 @@ pub fn clip(text: &str, total_chars: usize, max: usize) -> String {
     format!("{kept}...(+{} chars)", total_chars - max)
 }
 
+/// Characters in UTF-8 `bytes`, counted by their first bytes (continuation bytes excluded), so a
+/// body is counted without being decoded.
+fn utf8_chars(bytes: &[u8]) -> usize {
+    bytes.iter().filter(|b| (**b & 0xC0) != 0x80).count()
+}
+
+/// The bytes that hold the first `max_chars` characters, at most (a character takes 4 at most).
+fn head_bytes(max_chars: usize) -> usize {
+    max_chars.saturating_mul(4).saturating_add(4)
+}
+
+/// A whole body (a response) as the access log shows it: only its head is decoded.
+pub fn clip_bytes(bytes: &[u8], max: usize) -> String {
+    let head = &bytes[..bytes.len().min(head_bytes(max))];
+    clip(&String::from_utf8_lossy(head), utf8_chars(bytes), max)
+}
+
 /// What a [`Tee`] has seen of a body: its first bytes and its length in characters.
 #[derive(Default)]
 struct Seen {
@@ -78,7 +95,7 @@ impl Tee {
     pub fn wrap(body: Body, max_chars: usize) -> (Body, Arc<Tee>) {
         let tee = Arc::new(Tee {
             seen: Mutex::new(Seen::default()),
-            keep: max_chars.saturating_mul(4).saturating_add(4),
+            keep: head_bytes(max_chars),
         });
         (watched(body, tee.clone()), tee)
     }
@@ -94,8 +111,7 @@ impl BodyWatch for Tee {
         let mut seen = self.seen.lock().expect("tee");
         let room = self.keep.saturating_sub(seen.head.len());
         seen.head.extend_from_slice(&chunk[..room.min(chunk.len())]);
-        // Characters are counted by their first bytes (UTF-8 continuation bytes excluded).
-        seen.chars += chunk.iter().filter(|b| (**b & 0xC0) != 0x80).count();
+        seen.chars += utf8_chars(chunk);
     }
 }
 
@@ -138,5 +154,7 @@ mod tests {
         assert_eq!(clip("abc", 3, 3), "abc");
         assert_eq!(clip("abcdef", 6, 4), "abcd...(+2 chars)");
         assert_eq!(clip("ééé", 3, 1), "é...(+2 chars)");
+        assert_eq!(clip_bytes("ééé".as_bytes(), 1), "é...(+2 chars)");
+        assert_eq!(clip_bytes(b"abc", 3), "abc");
     }
 }

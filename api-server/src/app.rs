@@ -400,8 +400,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
             let bytes = axum::body::to_bytes(body, usize::MAX)
                 .await
                 .unwrap_or_default();
-            let text = String::from_utf8_lossy(&bytes);
-            response_body = crate::access::clip(&text, text.chars().count(), max);
+            response_body = crate::access::clip_bytes(&bytes, max);
             res = Response::from_parts(parts, Body::from(bytes));
         }
         tracing::info!(target: "load_control.access", event = "api_request", requestId = %request_id, method = %method,

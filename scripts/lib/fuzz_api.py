@@ -709,35 +709,31 @@ class Fuzzer:
             self.cleanup(run)
 
     def parked(self):
-        """Runs left in every state with live tokens, for the schema phase to aim at."""
+        """Runs left in every state with live tokens, for the schema phase to aim at: each one
+        taken along the happy path until it reaches its state."""
+        def unfinished(run, step):
+            for pid, part in run.partitions.items():
+                if not part["done"]:
+                    step(run, pid)
+
+        path = [
+            lambda run: (self.manifest(run), unfinished(run, self.claim)),
+            lambda run: unfinished(run, self.chunks),
+            self.start_validation,
+            lambda run: self.stage_validated(run, False),
+            self.publish_claim,
+        ]
         for stop in ("CREATED", "EXTRACTING", "EXTRACTED_VALIDATED", "STAGE_VALIDATING",
                      "STAGING_VALIDATED", "PUBLISHING", "PUBLISH_UNKNOWN", "PUBLISHED"):
             run = self.create()
             if run is None:
                 continue
-            if stop == "CREATED":
-                continue
-            self.manifest(run)
-            for pid, part in run.partitions.items():
-                if not part["done"]:
-                    self.claim(run, pid)
-            if stop == "EXTRACTING":
-                continue
-            for pid, part in run.partitions.items():
-                if not part["done"]:
-                    self.chunks(run, pid)
-            if stop == "EXTRACTED_VALIDATED":
-                continue
-            self.start_validation(run)
-            if stop == "STAGE_VALIDATING":
-                continue
-            self.stage_validated(run, False)
-            if stop == "STAGING_VALIDATED":
-                continue
-            self.publish_claim(run)
-            if stop == "PUBLISHING":
-                continue
-            self.publish_result(run, "PUBLISH_UNKNOWN" if stop == "PUBLISH_UNKNOWN" else "PUBLISHED")
+            for step in path:
+                if run.status == stop:
+                    break
+                step(run)
+            if stop in ("PUBLISH_UNKNOWN", "PUBLISHED"):
+                self.publish_result(run, stop)
 
     # ---- schema fuzzing aimed at live runs -----------------------------------------------------
 
