@@ -1,7 +1,8 @@
 //! What the access log says about a request (CONTRACT §9.2): the client's address, believed from
 //! `X-Forwarded-For` only when the peer is a trusted proxy (`server.proxy_headers`,
 //! `server.forwarded_allow_ips`), and the request and response bodies, clipped at
-//! `logging.access_body_max` characters (`logging.access_body`).
+//! `logging.access_body_max` characters (`logging.access_body`), with the value of every `*token`
+//! field masked first (§9.2: claim and publish tokens are never logged).
 use crate::watched_body::{BodyWatch, watched};
 use axum::body::Body;
 use axum::http::HeaderMap;
@@ -65,10 +66,34 @@ fn head_bytes(max_chars: usize) -> usize {
     max_chars.saturating_mul(4).saturating_add(4)
 }
 
+/// A body of `total_chars` characters whose first bytes are `head`, as the access log shows it:
+/// its `*token` fields masked, then clipped at `max` characters. The count of what was left out is
+/// the masked body's.
+fn shown(head: &[u8], total_chars: usize, max: usize) -> String {
+    // This runs in the middleware, outside the handler's panic guard: a bug here must cost the
+    // log its body, never the client its answer (nor a token its secrecy).
+    std::panic::catch_unwind(|| {
+        let text = String::from_utf8_lossy(head);
+        let masked = lcconfig::redact::mask_token_fields(&text);
+        let total = (total_chars + masked.chars().count()).saturating_sub(text.chars().count());
+        clip(&masked, total, max)
+    })
+    .unwrap_or_else(|_| format!("(body of {total_chars} chars not shown: masking failed)"))
+}
+
+/// A query string as the access log shows it: its `*token` parameters masked.
+pub fn shown_query(query: &str) -> String {
+    std::panic::catch_unwind(|| lcconfig::redact::mask_token_fields(query).into_owned())
+        .unwrap_or_else(|_| "(query not shown: masking failed)".into())
+}
+
 /// A whole body (a response) as the access log shows it: only its head is decoded.
 pub fn clip_bytes(bytes: &[u8], max: usize) -> String {
-    let head = &bytes[..bytes.len().min(head_bytes(max))];
-    clip(&String::from_utf8_lossy(head), utf8_chars(bytes), max)
+    shown(
+        &bytes[..bytes.len().min(head_bytes(max))],
+        utf8_chars(bytes),
+        max,
+    )
 }
 
 /// What a [`Tee`] has seen of a body: its first bytes and its length in characters.
@@ -80,7 +105,7 @@ struct Seen {
 
 impl Seen {
     fn clipped(&self, max: usize) -> String {
-        clip(&String::from_utf8_lossy(&self.head), self.chars, max)
+        shown(&self.head, self.chars, max)
     }
 }
 
@@ -156,5 +181,19 @@ mod tests {
         assert_eq!(clip("ééé", 3, 1), "é...(+2 chars)");
         assert_eq!(clip_bytes("ééé".as_bytes(), 1), "é...(+2 chars)");
         assert_eq!(clip_bytes(b"abc", 3), "abc");
+    }
+
+    #[test]
+    fn token_fields_are_masked_before_the_body_is_clipped() {
+        let body = br#"{"claimToken":"3f2a9c1e-0b6f-4d2a-9a51-2c3d4e5f6a7b","chunkIndex":7}"#;
+        assert_eq!(
+            clip_bytes(body, 100),
+            r#"{"claimToken":"***","chunkIndex":7}"#
+        );
+        // Clipped inside the value: nothing of it shows, and the count is the masked body's.
+        assert_eq!(
+            clip_bytes(body, 20),
+            r#"{"claimToken":"***",...(+15 chars)"#
+        );
     }
 }

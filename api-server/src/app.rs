@@ -355,7 +355,7 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     } else {
         String::new()
     };
-    let query = req.uri().query().unwrap_or("").to_string();
+    let query = crate::access::shown_query(req.uri().query().unwrap_or(""));
     let request_body = if bodies_logged && matches!(method.as_str(), "POST" | "PUT" | "PATCH") {
         let (parts, body) = req.into_parts();
         let (body, seen) = crate::access::Tee::wrap(body, logging.access_body_max);

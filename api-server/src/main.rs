@@ -201,7 +201,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => {
             let config = load(&cli)?;
             config.validate()?;
-            logging::init(&config.logging, "server").map_err(anyhow::Error::msg)?;
+            logging::init(
+                &config.logging,
+                "server",
+                &lcconfig::redact::Secrets::of_config(&config),
+            )
+            .map_err(anyhow::Error::msg)?;
             ledger::migrate::run_migrations(&config.migration_url())
                 .await
                 .context("applying migrations")?;
@@ -223,7 +228,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config.validate()?;
             // Unreadable certificates or keys stop the start here, before migrations run.
             load_control_api::tls::server_config(&config.server)?;
-            logging::init(&config.logging, "server").map_err(anyhow::Error::msg)?;
+            logging::init(
+                &config.logging,
+                "server",
+                &lcconfig::redact::Secrets::of_config(&config),
+            )
+            .map_err(anyhow::Error::msg)?;
             if *migrate {
                 ledger::migrate::run_migrations(&config.migration_url())
                     .await

@@ -152,7 +152,7 @@ async fn migrate_twice_at_once_then_serve() {
 fn serve(
     config: &std::path::Path,
     extra_env: &[(&str, &str)],
-    output: fn() -> Stdio,
+    output: impl Fn() -> Stdio,
 ) -> (std::process::Child, u16) {
     let port = {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -515,4 +515,366 @@ impl WaitOutput for std::process::Child {
         }
         s
     }
+}
+
+/// One request to the binary under test: status and JSON body (Null when not JSON).
+async fn call(
+    client: &reqwest::Client,
+    method: reqwest::Method,
+    url: String,
+    token: &str,
+    body: Option<String>,
+) -> (u16, serde_json::Value) {
+    let mut req = client.request(method, url).bearer_auth(token);
+    if let Some(body) = body {
+        req = req.header("Content-Type", "application/json").body(body);
+    }
+    let r = req.send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// Drives whole run lifecycles through `base` (create, manifest, claims, chunks, validation,
+/// publish, success; a PUBLISH_UNKNOWN resolved; refusals with stale and foreign tokens, a
+/// malformed and a form-encoded body carrying a token, the run's events and detail read back)
+/// and returns every secret it issued or sent.
+async fn lifecycles_with_every_token(
+    base: &str,
+    db: &TestDb,
+    nifi: &str,
+    operator: &str,
+    planted: &[&str],
+) -> Vec<String> {
+    use reqwest::Method;
+    use serde_json::json;
+    let client = reqwest::Client::new();
+    let mut secrets: Vec<String> = vec![nifi.into(), operator.into()];
+    secrets.extend(planted.iter().map(|s| s.to_string()));
+    let post = |path: String, body: serde_json::Value, token: &'static str| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        let token = if token == "nifi" { nifi } else { operator }.to_string();
+        async move { call(&client, Method::POST, url, &token, Some(body.to_string())).await }
+    };
+    let get = |path: String| {
+        let client = client.clone();
+        let url = format!("{base}{path}");
+        let token = operator.to_string();
+        async move { call(&client, Method::GET, url, &token, None).await }
+    };
+    for (bk, outcome) in [
+        ("2026-12-01", "PUBLISHED"),
+        ("2026-12-02", "PUBLISH_UNKNOWN"),
+    ] {
+        let (s, run) = post(
+            "/v1/runs".into(),
+            json!({"jobKey": "LOG_AUDIT", "businessKey": bk, "hdfsRoot": "/data/audit", "stageTablePrefix": "tmp_"}),
+            "nifi",
+        )
+        .await;
+        assert_eq!(s, 200, "{run}");
+        let run = run["runId"].as_str().unwrap().to_string();
+        let manifest = json!({"snapshotScn": "77", "sourceCount": 7, "sourceMinSplit": "0", "sourceMaxSplit": "2000",
+            "plannedPartitionCount": 2, "partitions": [
+                {"partitionId": "0000", "lowerBound": "0", "upperBound": "1000", "expectedRowCount": 3},
+                {"partitionId": "0001", "lowerBound": "1000", "upperBound": "2000", "upperInclusive": true, "expectedRowCount": 4}]});
+        assert_eq!(
+            post(format!("/v1/runs/{run}/manifest"), manifest, "nifi")
+                .await
+                .0,
+            200
+        );
+        for (pid, rows) in [("0000", 3), ("0001", 4)] {
+            let (token, rival) = (
+                uuid::Uuid::new_v4().to_string(),
+                uuid::Uuid::new_v4().to_string(),
+            );
+            secrets.extend([token.clone(), rival.clone()]);
+            let claim = format!("/v1/runs/{run}/partitions/{pid}/claim");
+            let (s, b) = post(
+                claim.clone(),
+                json!({"claimToken": token, "workerNode": "n1"}),
+                "nifi",
+            )
+            .await;
+            assert_eq!((s, &b["claimed"]), (200, &json!(true)), "{b}");
+            let (_, b) = post(
+                claim,
+                json!({"claim_token": rival, "workerNode": "n2"}),
+                "nifi",
+            )
+            .await;
+            assert_eq!(b["claimed"], false);
+            let chunks = format!("/v1/runs/{run}/partitions/{pid}/chunks");
+            let chunk = |token: &str, index: i64| {
+                json!({"claimToken": token, "chunkIndex": index, "chunkCount": 2, "recordCount": if index == 0 { 1 } else { rows - 1 },
+                       "hdfsPath": format!("/data/audit/LOG_AUDIT/run_id={run}/p={pid}/part-{index}.parquet")})
+            };
+            assert_eq!(post(chunks.clone(), chunk(&rival, 0), "nifi").await.0, 409);
+            assert_eq!(post(chunks.clone(), chunk(&token, 0), "nifi").await.0, 200);
+            assert_eq!(post(chunks.clone(), chunk(&token, 1), "nifi").await.0, 200);
+            // A malformed body and a form-encoded one, each carrying a token: refused, and logged.
+            let r = client
+                .post(format!("{base}{chunks}"))
+                .bearer_auth(nifi)
+                .header("Content-Type", "application/json")
+                .body(format!("{{\"claimToken\": \"{token}\", \"chunkIndex\": "))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 422);
+            let r = client
+                .post(format!("{base}{chunks}"))
+                .bearer_auth(nifi)
+                .header("Content-Type", "application/x-www-form-urlencoded")
+                .body(format!("claimToken={token}&chunkIndex=0"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 422);
+        }
+        let (dispatch,): (uuid::Uuid,) = sqlx::query_as(
+            "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1::uuid",
+        )
+        .bind(&run)
+        .fetch_one(&mut db.conn().await)
+        .await
+        .unwrap();
+        let (_, b) = post(
+            format!("/v1/runs/{run}/validation/start"),
+            json!({"dispatchId": dispatch}),
+            "nifi",
+        )
+        .await;
+        assert_eq!(b["started"], true, "{b}");
+        let metrics = |stage: &str| json!({"stage": stage, "metrics": [{"metricName": format!("{stage}_COUNT"), "actualValue": "7", "result": "PASS"}]});
+        assert_eq!(
+            post(
+                format!("/v1/runs/{run}/validations"),
+                metrics("STAGING"),
+                "nifi"
+            )
+            .await
+            .0,
+            200
+        );
+        assert_eq!(
+            post(format!("/v1/runs/{run}/stage-validated"), json!({}), "nifi")
+                .await
+                .0,
+            200
+        );
+        let (publish, stranger) = (
+            uuid::Uuid::new_v4().to_string(),
+            uuid::Uuid::new_v4().to_string(),
+        );
+        secrets.extend([publish.clone(), stranger.clone()]);
+        let (_, b) = post(
+            format!("/v1/runs/{run}/publish/claim"),
+            json!({"publishToken": publish}),
+            "nifi",
+        )
+        .await;
+        assert_eq!(b["claimed"], true, "{b}");
+        let result = |token: &str| json!({"publishToken": token, "outcome": outcome});
+        assert_eq!(
+            post(
+                format!("/v1/runs/{run}/publish/result"),
+                result(&stranger),
+                "nifi"
+            )
+            .await
+            .0,
+            409
+        );
+        assert_eq!(
+            post(
+                format!("/v1/runs/{run}/publish/result"),
+                result(&publish),
+                "nifi"
+            )
+            .await
+            .0,
+            200
+        );
+        if outcome == "PUBLISHED" {
+            assert_eq!(
+                post(
+                    format!("/v1/runs/{run}/validations"),
+                    metrics("TARGET"),
+                    "nifi"
+                )
+                .await
+                .0,
+                200
+            );
+            let (_, b) = post(format!("/v1/runs/{run}/success"), json!({}), "nifi").await;
+            assert_eq!(b["success"], true, "{b}");
+        } else {
+            let (s, b) = post(
+                format!("/v1/runs/{run}/publish-unknown/resolve"),
+                json!({"resolution": "FAILED_PUBLISH", "reason": "checked in Hive: not written"}),
+                "operator",
+            )
+            .await;
+            assert_eq!(s, 200, "{b}");
+        }
+        // The events carry the publish token in PUBLISH_STARTED's details (§8): read back, logged.
+        let (s, events) = get(format!("/v1/runs/{run}/events")).await;
+        assert_eq!(s, 200);
+        assert!(
+            events.to_string().contains(&publish),
+            "the events hold the token: {events}"
+        );
+        assert_eq!(get(format!("/v1/runs/{run}")).await.0, 200);
+        assert_eq!(
+            get(format!("/v1/runs?limit=5&claimToken={publish}"))
+                .await
+                .0,
+            200
+        );
+    }
+    // A known secret sent where it does not belong: the body is logged, the secret is not.
+    for planted in planted {
+        let (s, _) = post("/v1/runs".into(), json!({"jobKey": planted}), "nifi").await;
+        assert_eq!(s, 422);
+    }
+    // Refused bearer tokens.
+    for refused in [
+        "unknown-bearer-token-7b1d",
+        "Basic bWFsZm9ybWVkLXNlY3JldA==",
+    ] {
+        secrets.push(refused.into());
+        let r = client
+            .get(format!("{base}/v1/runs"))
+            .header("Authorization", format!("Bearer {refused}"))
+            .send()
+            .await
+            .unwrap();
+        assert!(matches!(r.status().as_u16(), 401 | 403));
+    }
+    secrets
+}
+
+/// §9.2: no token, signing secret or database password in any log line. Whole lifecycles run
+/// against the binary with access bodies on (the default) in every log format and output, and
+/// every secret issued or sent is searched for in everything written: whole, and its first 8
+/// characters (a clipped body must not show part of a token either).
+#[tokio::test]
+async fn no_secret_reaches_any_log_output() {
+    let dir = std::env::temp_dir().join(format!("lc-log-audit-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("{service}.log");
+    let file = file.to_str().unwrap();
+    let outputs = [
+        (
+            "json",
+            "logging:\n  format: json\n  level: DEBUG\n".to_string(),
+        ),
+        ("text", "logging:\n  format: text\n".to_string()),
+        ("console", "logging:\n  format: console\n".to_string()),
+        (
+            "clipped json",
+            "logging:\n  format: json\n  access_body_max: 24\n".to_string(),
+        ),
+        (
+            "json file",
+            format!("logging:\n  stdout: false\n  file: {{path: '{file}', format: json}}\n"),
+        ),
+        (
+            "text file",
+            format!("logging:\n  stdout: false\n  file: {{path: '{file}', format: text}}\n"),
+        ),
+    ];
+    for (name, logging) in outputs {
+        let _ = std::fs::remove_file(dir.join("server.log"));
+        let db = TestDb::fresh().await;
+        let (nifi, operator) = ("nifi-bearer-3c9e1f", "operator-bearer-8d2b7a");
+        let (signing, password, monitor) = (
+            "signing-secret-5e0c4b",
+            "pg-password-1a7f3d",
+            "monitor-token-4b8e2c",
+        );
+        // Trust authentication: the password is sent nowhere, but it is in the configuration.
+        let url = db
+            .url
+            .replacen("postgres@", &format!("postgres:{password}@"), 1);
+        assert_ne!(
+            url, db.url,
+            "the test database URL has a user to add a password to"
+        );
+        let yaml = format!(
+            "database:\n  url: '{url}'\nnifi:\n  signing_secret: {signing}\nmonitor:\n  token: {monitor}\n\
+             auth:\n  tokens: [{{name: nifi-a, role: nifi, sha256: {}}}, {{name: ops, role: operator, sha256: {}}}]\n{logging}",
+            load_control_api::auth::sha256_hex(nifi),
+            load_control_api::auth::sha256_hex(operator),
+        );
+        let config = config_file(&dir, &yaml);
+        // Output to a file, not a pipe: at DEBUG a whole lifecycle writes more than a pipe holds.
+        let output = dir.join("stdout.log");
+        std::fs::File::create(&output).unwrap();
+        let out = || {
+            Stdio::from(
+                std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(&output)
+                    .unwrap(),
+            )
+        };
+        let (mut server, port) = serve(&config, &[], out);
+        let base = format!("http://127.0.0.1:{port}");
+        testkit::install_crypto();
+        let client = reqwest::Client::new();
+        for _ in 0..100 {
+            if client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .is_ok_and(|r| r.status() == 200)
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let secrets =
+            lifecycles_with_every_token(&base, &db, nifi, operator, &[signing, password, monitor])
+                .await;
+        send_sigterm(server.id());
+        server.wait().unwrap();
+        let logs = format!(
+            "{}{}",
+            std::fs::read_to_string(&output).unwrap_or_default(),
+            std::fs::read_to_string(dir.join("server.log")).unwrap_or_default()
+        );
+        // What is searched must have been written: the bodies that carried the tokens.
+        assert!(
+            logs.contains("api_request")
+                && logs.contains("claimToken")
+                && logs.contains("publishToken"),
+            "{name}: the access log shows the bodies:\n{logs}"
+        );
+        assert!(
+            logs.contains("***"),
+            "{name}: masked values are shown as ***"
+        );
+        for secret in &secrets {
+            // A claim or publish token (a UUID) must not show even in part.
+            let part = if uuid::Uuid::parse_str(secret).is_ok() {
+                &secret[..8]
+            } else {
+                secret.as_str()
+            };
+            for needle in [secret.as_str(), part] {
+                if let Some(at) = logs.find(needle) {
+                    let line = logs[..at].rfind('\n').map_or(0, |n| n + 1);
+                    let end = logs[at..].find('\n').map_or(logs.len(), |n| at + n);
+                    panic!(
+                        "{name}: {needle:?} (of {secret}) is in the logs:\n{}",
+                        &logs[line..end]
+                    );
+                }
+            }
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }

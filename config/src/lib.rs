@@ -2,3 +2,4 @@
 //! (CONTRACT §9.2, §10).
 pub mod config;
 pub mod logging;
+pub mod redact;

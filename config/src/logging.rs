@@ -1,6 +1,7 @@
 //! Logs (CONTRACT §9.2, §10.2): JSON lines on stdout by default, or human-readable text, and/or a
 //! size-rotated file (`logging.file`).
 use crate::config::{LogFileConfig, LoggingConfig};
+use crate::redact::{Scrubbing, Secrets};
 use file_rotate::compression::Compression;
 use file_rotate::suffix::AppendCount;
 use file_rotate::{ContentLimit, FileRotate};
@@ -82,8 +83,9 @@ where
 /// Installs the global subscriber: stdout (`logging.stdout`, in `logging.format`) and/or the
 /// rotated file (`logging.file`, in its own format); `{service}` in the file's path is `service`
 /// (`server` for the api-server, `worker` for the operator). `RUST_LOG`, when set, wins over the
-/// levels of the configuration. An unwritable log file is an error naming the key.
-pub fn init(c: &LoggingConfig, service: &str) -> Result<(), String> {
+/// levels of the configuration. An unwritable log file is an error naming the key. Every line, on
+/// either output, is scrubbed of `secrets` as it is written (§9.2).
+pub fn init(c: &LoggingConfig, service: &str, secrets: &Secrets) -> Result<(), String> {
     let mut directives = vec![level(&c.level).to_string()];
     for (logger, l) in &c.loggers {
         directives.push(format!("{logger}={}", level(l)));
@@ -93,10 +95,18 @@ pub fn init(c: &LoggingConfig, service: &str) -> Result<(), String> {
     let mut layers: Vec<BoxedLayer> = vec![];
     if c.stdout {
         let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
-        layers.push(output(&c.format, std::io::stdout, ansi));
+        layers.push(output(
+            &c.format,
+            Scrubbing::new(std::io::stdout, secrets.clone()),
+            ansi,
+        ));
     }
     if let Some(f) = &c.file {
-        layers.push(output(&f.format, log_file(f, service)?, false));
+        layers.push(output(
+            &f.format,
+            Scrubbing::new(log_file(f, service)?, secrets.clone()),
+            false,
+        ));
     }
     if tracing_subscriber::registry()
         .with(layers)
