@@ -1,0 +1,109 @@
+//! Event ids (CONTRACT §1.6, §4.22): the ledger writes time-ordered ids (UUID v7), so that its
+//! inserts append to the right edge of the primary key instead of landing on random leaves, and
+//! events that tie on `event_time` come out of the timeline in the order they were written.
+use ledger::{ChunkReport, Decimal38, LedgerConfig, Manifest, ManifestPartition};
+use testkit::{TestDb, new_run};
+use uuid::Uuid;
+
+#[tokio::test]
+async fn event_ids_follow_the_order_the_events_were_written_and_break_timeline_ties() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let created = ledger.create_run(&new_run("events")).await.unwrap();
+    let run = created.run_id;
+    let n = 4;
+    let m = Manifest {
+        snapshot_scn: Decimal38::parse("777"),
+        source_count: 5 * n as i64,
+        source_null_split_count: 0,
+        source_min_split: None,
+        source_max_split: None,
+        planned_partition_count: n as i64,
+        source_metrics: vec![],
+        source_metrics_version: "v1".into(),
+        partitions: (0..n)
+            .map(|i| ManifestPartition {
+                partition_id: format!("{i:04}"),
+                lower_bound: Decimal38::parse(&(i * 10).to_string()),
+                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
+                lower_text: None,
+                upper_text: None,
+                upper_inclusive: i + 1 == n,
+                is_null_partition: false,
+                expected_row_count: 5,
+            })
+            .collect(),
+    };
+    ledger.register_manifest(run, &m).await.unwrap();
+    for i in 0..n {
+        let pid = format!("{i:04}");
+        let token = Uuid::new_v4();
+        assert!(
+            ledger
+                .claim_partition(run, &pid, token, "nifi-01")
+                .await
+                .unwrap()
+                .claimed
+        );
+        let r = ChunkReport {
+            claim_token: token,
+            chunk_index: 0,
+            chunk_count: 1,
+            fragment_identifier: None,
+            hdfs_path: format!("{}/p={pid}/part-0.parquet", created.hdfs_run_path),
+            record_count: 5,
+            byte_count: None,
+        };
+        ledger.report_chunk(run, &pid, &r).await.unwrap();
+    }
+
+    let mut conn = db.conn().await;
+    // The order of writing: event_time is clock_timestamp(), distinct for every event here.
+    let written: Vec<(Uuid, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
+        "SELECT event_id, event_name, event_time FROM nifi_ops.load_event WHERE run_id = $1 ORDER BY event_time",
+    )
+    .bind(run)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(written.len() > 2 * n, "{written:?}");
+    assert!(written.windows(2).all(|w| w[0].2 < w[1].2), "{written:?}");
+    assert!(
+        written.iter().all(|(id, ..)| id.get_version_num() == 7),
+        "event ids are UUID v7: {written:?}"
+    );
+    let ids: Vec<Uuid> = written.iter().map(|(id, ..)| *id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(
+        ids, sorted,
+        "ids ascend in the order the events were written"
+    );
+
+    // §4.22: ties on event_time are ordered by event_id, i.e. by the order of writing.
+    sqlx::query(
+        "UPDATE nifi_ops.load_event SET event_time = '2026-01-01T00:00:00Z' WHERE run_id = $1",
+    )
+    .bind(run)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let timeline: Vec<String> = ledger
+        .run_events(run, 1000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    let names: Vec<String> = written.into_iter().map(|(_, name, _)| name).collect();
+    assert_eq!(timeline, names);
+    // The most recent `limit` of them (the last ones written), still oldest first.
+    let last: Vec<String> = ledger
+        .run_events(run, 3)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(last, names[names.len() - 3..]);
+}

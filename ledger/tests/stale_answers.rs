@@ -1,0 +1,357 @@
+//! A report or a claim that waited for its run or its partition answers (and decides on) the run
+//! as it is once its locks are held (CONTRACT §4.6, §4.7, §5.3), not as its first statement's
+//! snapshot saw it.
+//!
+//! Two kinds of writers change a run while a report waits:
+//! * run-changing operations (cancel, manifest, …) hold the exclusive advisory lock and the run row
+//!   `FOR UPDATE` before they update it. PostgreSQL records such an update as one that changed the
+//!   key, so the waiting report's `FOR KEY SHARE` follows the update chain and reads the committed
+//!   version: the first three tests pin that down (they passed before the fix too).
+//! * the report that completes the extraction changes the status under `FOR KEY SHARE` only (§5.3
+//!   rule 3): a non-key update, which another `FOR KEY SHARE` locks without re-reading. A report
+//!   or claim of the same partition that read the run before that commit and then waited for the
+//!   partition row answered `EXTRACTING` for a run already EXTRACTED_VALIDATED: the last two tests.
+//!
+//! Each interleaving is forced with a plain transaction holding a row lock that the first
+//! operation queues behind; waits are observed in `pg_stat_activity`, never slept out.
+use ledger::{
+    Actor, ChunkReport, ChunkResult, Decimal38, Ledger, LedgerConfig, Manifest, ManifestPartition,
+    PartitionStatus, RunStatus,
+};
+use sqlx::{Connection, PgConnection};
+use std::time::{Duration, Instant};
+use testkit::{TestDb, new_run};
+use uuid::Uuid;
+
+fn manifest(rows: &[i64]) -> Manifest {
+    let n = rows.len();
+    Manifest {
+        snapshot_scn: Decimal38::parse("777"),
+        source_count: rows.iter().sum(),
+        source_null_split_count: 0,
+        source_min_split: None,
+        source_max_split: None,
+        planned_partition_count: n as i64,
+        source_metrics: vec![],
+        source_metrics_version: "v1".into(),
+        partitions: rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ManifestPartition {
+                partition_id: format!("{i:04}"),
+                lower_bound: Decimal38::parse(&(i * 10).to_string()),
+                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
+                lower_text: None,
+                upper_text: None,
+                upper_inclusive: i + 1 == n,
+                is_null_partition: false,
+                expected_row_count: *r,
+            })
+            .collect(),
+    }
+}
+
+/// Waits until `n` backends of the test database wait for a heavyweight lock, `on` of them on
+/// `wait_event` (`transactionid` for a row another transaction holds, `advisory`).
+async fn until_waiting(observer: &mut PgConnection, n: i64, wait_event: &str, on: i64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (waiting, waiting_on): (i64, i64) = sqlx::query_as(
+            "SELECT count(*), count(*) FILTER (WHERE wait_event = $1) FROM pg_stat_activity \
+              WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .bind(wait_event)
+        .fetch_one(&mut *observer)
+        .await
+        .unwrap();
+        if waiting == n && waiting_on == on {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{waiting} backends wait for a lock, {waiting_on} on {wait_event}; expected {n}, {on}"
+        );
+        tokio::task::yield_now().await;
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A transaction holding the run row `FOR UPDATE` (what queues the run-changing operation).
+async fn hold_run_row(db: &TestDb, run: Uuid) -> PgConnection {
+    let mut holder = db.conn().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE")
+        .bind(run)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
+async fn extracting_run(ledger: &Ledger, rows: &[i64]) -> (Uuid, String) {
+    let created = ledger.create_run(&new_run("stale")).await.unwrap();
+    ledger
+        .register_manifest(created.run_id, &manifest(rows))
+        .await
+        .unwrap();
+    (created.run_id, created.hdfs_run_path)
+}
+
+fn actor() -> Actor {
+    Actor {
+        name: "ops-admin".into(),
+        role: "operator".into(),
+    }
+}
+
+#[tokio::test]
+async fn a_report_that_waited_behind_a_cancel_answers_cancelled_and_is_recorded_only() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[5]).await;
+    let token = Uuid::new_v4();
+    assert!(
+        ledger
+            .claim_partition(run, "0000", token, "nifi-01")
+            .await
+            .unwrap()
+            .claimed
+    );
+    let mut observer = db.conn().await;
+    let mut holder = hold_run_row(&db, run).await;
+
+    let cancel = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .cancel_run(run, "cancelled while a report waits", &actor(), None)
+                .await
+        }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    let report = tokio::spawn({
+        let ledger = ledger.clone();
+        let r = ChunkReport {
+            claim_token: token,
+            chunk_index: 0,
+            chunk_count: 1,
+            fragment_identifier: None,
+            hdfs_path: format!("{path}/p=0000/part-0.parquet"),
+            record_count: 5,
+            byte_count: Some(10),
+        };
+        async move { ledger.report_chunk(run, "0000", &r).await }
+    });
+    until_waiting(&mut observer, 2, "advisory", 1).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+
+    let cancelled = cancel.await.unwrap().unwrap();
+    assert_eq!(cancelled.run_status, RunStatus::Cancelled);
+    assert!(cancelled.changed);
+    let out = report.await.unwrap().unwrap();
+    assert_eq!(out.run_status, RunStatus::Cancelled, "{out:?}");
+    assert_eq!(out.partition_status, PartitionStatus::Aborted, "{out:?}");
+    assert!(out.recorded && !out.validation_scheduled, "{out:?}");
+    assert_eq!(out.result, ChunkResult::Ignored);
+    assert_eq!(out.received_chunks, 1);
+
+    // §4.17: recorded and ignored.
+    let (files, part, succeeded, status, validate): (i64, String, i32, String, i64) =
+        sqlx::query_as(
+            "SELECT (SELECT count(*) FROM nifi_ops.load_file WHERE run_id = $1 AND status = 'WRITTEN'), \
+                    (SELECT status FROM nifi_ops.load_partition WHERE run_id = $1), \
+                    success_partition_count, status, \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN') \
+               FROM nifi_ops.load_run WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_one(&mut observer)
+        .await
+        .unwrap();
+    assert_eq!(
+        (files, part.as_str(), succeeded, status.as_str(), validate),
+        (1, "ABORTED", 0, "CANCELLED", 0)
+    );
+    observer.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_claim_that_waited_behind_a_cancel_answers_cancelled() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, _) = extracting_run(&ledger, &[5]).await;
+    let mut observer = db.conn().await;
+    let mut holder = hold_run_row(&db, run).await;
+
+    let cancel = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .cancel_run(run, "cancelled while a claim waits", &actor(), None)
+                .await
+        }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    let claim = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .claim_partition(run, "0000", Uuid::new_v4(), "nifi-01")
+                .await
+        }
+    });
+    until_waiting(&mut observer, 2, "advisory", 1).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+
+    assert!(cancel.await.unwrap().unwrap().changed);
+    let out = claim.await.unwrap().unwrap();
+    assert!(!out.claimed, "{out:?}");
+    assert_eq!(out.run_status, RunStatus::Cancelled, "{out:?}");
+    assert_eq!(out.partition_status, PartitionStatus::Aborted, "{out:?}");
+    assert_eq!(out.attempt, 0);
+}
+
+/// The decision too, not only the answer: a claim that waited behind the manifest claims the
+/// partition the manifest created, instead of refusing it as if the run were still CREATED.
+#[tokio::test]
+async fn a_claim_that_waited_behind_the_manifest_claims() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let run = ledger.create_run(&new_run("stale")).await.unwrap().run_id;
+    let mut observer = db.conn().await;
+    let mut holder = hold_run_row(&db, run).await;
+
+    let registered = tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.register_manifest(run, &manifest(&[5])).await }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    let claim = tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .claim_partition(run, "0000", Uuid::new_v4(), "nifi-01")
+                .await
+        }
+    });
+    until_waiting(&mut observer, 2, "advisory", 1).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+
+    assert_eq!(
+        registered.await.unwrap().unwrap().status,
+        RunStatus::Extracting
+    );
+    let out = claim.await.unwrap().unwrap();
+    assert!(out.claimed, "{out:?}");
+    assert_eq!(out.run_status, RunStatus::Extracting);
+    assert_eq!(out.partition_status, PartitionStatus::Running);
+    assert_eq!(out.attempt, 1);
+}
+
+/// A transaction holding the run row `FOR NO KEY UPDATE`: reports and claims pass it (`FOR KEY
+/// SHARE`), but the success count update of a partition's last chunk queues behind it.
+async fn hold_run_row_for_no_key_update(db: &TestDb, run: Uuid) -> PgConnection {
+    let mut holder = db.conn().await;
+    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE")
+        .bind(run)
+        .execute(&mut holder)
+        .await
+        .unwrap();
+    holder
+}
+
+/// The completing report A of partition 0000 is held after it locked its partition and before it
+/// counts its success; `then` starts (and returns) the second operation on 0000, which must wait
+/// for A's partition row lock. A commits, then the second operation runs.
+async fn behind_the_completing_report<T: Send + 'static>(
+    then: impl FnOnce(Ledger, Uuid, Uuid, String) -> tokio::task::JoinHandle<T>,
+) -> (TestDb, Uuid, T) {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[5]).await;
+    let token = Uuid::new_v4();
+    assert!(
+        ledger
+            .claim_partition(run, "0000", token, "nifi-01")
+            .await
+            .unwrap()
+            .claimed
+    );
+    let mut observer = db.conn().await;
+    let mut holder = hold_run_row_for_no_key_update(&db, run).await;
+    let completing = tokio::spawn({
+        let ledger = ledger.clone();
+        let r = last_chunk(token, &path);
+        async move { ledger.report_chunk(run, "0000", &r).await }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    let second = then(ledger.clone(), run, token, path);
+    until_waiting(&mut observer, 2, "transactionid", 2).await;
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let done = completing.await.unwrap().unwrap();
+    assert_eq!(done.result, ChunkResult::RunComplete, "{done:?}");
+    assert!(done.validation_scheduled);
+    let out = second.await.unwrap();
+    observer.close().await.unwrap();
+    (db, run, out)
+}
+
+fn last_chunk(token: Uuid, path: &str) -> ChunkReport {
+    ChunkReport {
+        claim_token: token,
+        chunk_index: 0,
+        chunk_count: 1,
+        fragment_identifier: None,
+        hdfs_path: format!("{path}/p=0000/part-0.parquet"),
+        record_count: 5,
+        byte_count: Some(10),
+    }
+}
+
+/// NiFi's retry of a report whose answer was late waits for the first attempt, which completes
+/// the run: the retry answers the completed run.
+#[tokio::test]
+async fn a_replayed_report_that_waited_behind_the_completion_answers_the_completed_run() {
+    let (db, run, out) = behind_the_completing_report(|ledger, run, token, path| {
+        tokio::spawn(async move {
+            ledger
+                .report_chunk(run, "0000", &last_chunk(token, &path))
+                .await
+        })
+    })
+    .await;
+    let out = out.unwrap();
+    assert_eq!(out.run_status, RunStatus::ExtractedValidated, "{out:?}");
+    assert_eq!(out.partition_status, PartitionStatus::Success, "{out:?}");
+    assert!(!out.validation_scheduled, "{out:?}");
+    assert_eq!(out.result, ChunkResult::Ignored);
+    let mut conn = db.conn().await;
+    let (validate, status): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'), status \
+           FROM nifi_ops.load_run WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((validate, status.as_str()), (1, "EXTRACTED_VALIDATED"));
+}
+
+/// A claim of the partition that waited for the completing report answers the completed run.
+#[tokio::test]
+async fn a_claim_that_waited_behind_the_completion_answers_the_completed_run() {
+    let (_db, _run, out) = behind_the_completing_report(|ledger, run, _token, _path| {
+        tokio::spawn(async move {
+            ledger
+                .claim_partition(run, "0000", Uuid::new_v4(), "nifi-02")
+                .await
+        })
+    })
+    .await;
+    let out = out.unwrap();
+    assert!(!out.claimed, "{out:?}");
+    assert_eq!(out.run_status, RunStatus::ExtractedValidated, "{out:?}");
+    assert_eq!(out.partition_status, PartitionStatus::Success, "{out:?}");
+    assert_eq!(out.attempt, 1);
+}
