@@ -212,6 +212,8 @@ pub struct JobsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct NifiConfig {
     pub receiver_url: Option<String>,
+    /// [v1-ext] A proxy in front of NiFi strips the receiver URL's path: allow one.
+    pub receiver_path_allowed: bool,
     pub client_cert: Option<PathBuf>,
     pub client_key: Option<PathBuf>,
     pub ca_bundle: Option<PathBuf>,
@@ -223,6 +225,7 @@ impl Default for NifiConfig {
     fn default() -> Self {
         NifiConfig {
             receiver_url: None,
+            receiver_path_allowed: false,
             client_cert: None,
             client_key: None,
             ca_bundle: None,
@@ -301,6 +304,11 @@ pub struct CleanupConfig {
     pub failed_retention: Dur,
     pub max_batch: u32,
     pub event_retention: Dur,
+    /// §7.2 rule 7: cleaned runs whose end time is older are deleted; `null` turns it off.
+    pub history_retention: Option<Dur>,
+    /// Runs history retention deletes per sweeper tick at most.
+    pub history_batch: u32,
+    pub history_archive: HistoryArchiveConfig,
 }
 
 impl Default for CleanupConfig {
@@ -310,6 +318,43 @@ impl Default for CleanupConfig {
             failed_retention: Dur::secs(14 * 86400),
             max_batch: 200,
             event_retention: Dur::secs(90 * 86400),
+            history_retention: Some(Dur::secs(180 * 86400)),
+            history_batch: 100,
+            history_archive: HistoryArchiveConfig::None,
+        }
+    }
+}
+
+/// `cleanup.history_archive`: `none` (or null), or `{dir: PATH}` for JSON lines per day in PATH.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HistoryArchiveConfig {
+    #[default]
+    None,
+    Dir(PathBuf),
+}
+
+impl<'de> Deserialize<'de> for HistoryArchiveConfig {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        const EXPECTED: &str = "expected `none` or `{dir: PATH}`";
+        match Value::deserialize(d)? {
+            Value::Null => Ok(HistoryArchiveConfig::None),
+            Value::String(s) if s == "none" => Ok(HistoryArchiveConfig::None),
+            Value::Object(map) => {
+                if let Some(other) = map.keys().find(|k| k.as_str() != "dir") {
+                    return Err(serde::de::Error::custom(format!(
+                        "unknown key {other:?}: {EXPECTED}"
+                    )));
+                }
+                match map.get("dir") {
+                    Some(Value::String(dir)) if !dir.trim().is_empty() => {
+                        Ok(HistoryArchiveConfig::Dir(PathBuf::from(dir)))
+                    }
+                    _ => Err(serde::de::Error::custom(format!(
+                        "dir must be a non-empty path: {EXPECTED}"
+                    ))),
+                }
+            }
+            other => Err(serde::de::Error::custom(format!("{other}: {EXPECTED}"))),
         }
     }
 }
@@ -560,6 +605,12 @@ impl Config {
                 "needs ssl_certfile, ssl_keyfile and ssl_ca_certs",
             ));
         }
+        if let Some(url) = &self.nifi.receiver_url
+            && let Some(problem) =
+                ledger::settings::receiver_url_problem(url, self.nifi.receiver_path_allowed)
+        {
+            return Err(invalid("nifi.receiver_url", problem));
+        }
         if self.nifi.client_cert.is_some() != self.nifi.client_key.is_some() {
             return Err(invalid(
                 "nifi.client_cert",
@@ -705,6 +756,29 @@ impl Config {
                 "must not exceed dispatch.backoff_max",
             ));
         }
+        let c = &self.cleanup;
+        if let Some(history) = c.history_retention {
+            for (key, d) in [
+                ("cleanup.success_retention", c.success_retention),
+                ("cleanup.failed_retention", c.failed_retention),
+            ] {
+                if history.0 < d.0 {
+                    return Err(invalid(
+                        "cleanup.history_retention",
+                        format!(
+                            "must be at least {key} ({}); null turns history retention off",
+                            ledger::settings::iso_duration(d.0)
+                        ),
+                    ));
+                }
+            }
+        }
+        if !(1..=10_000).contains(&c.history_batch) {
+            return Err(invalid(
+                "cleanup.history_batch",
+                "must be between 1 and 10000",
+            ));
+        }
         Ok(())
     }
 
@@ -741,6 +815,8 @@ impl Config {
             ack_timeout: self.dispatch.ack_timeout.0,
             receiver_url: self.nifi.receiver_url.clone(),
             timeout_seconds: self.nifi.timeout_seconds,
+            receiver_path_allowed: self.nifi.receiver_path_allowed,
+            history_retention: self.cleanup.history_retention.map(|d| d.0),
         }
     }
 
@@ -761,6 +837,15 @@ impl Config {
             cleanup_max_batch: self.cleanup.max_batch as i64,
             dispatch_lease: self.dispatch.lease.0,
             pool_max_lifetime: self.database.pool_max_lifetime.0,
+            history: ledger::settings::HistorySettings {
+                batch: self.cleanup.history_batch,
+                archive: match &self.cleanup.history_archive {
+                    HistoryArchiveConfig::None => ledger::settings::HistoryArchive::None,
+                    HistoryArchiveConfig::Dir(dir) => {
+                        ledger::settings::HistoryArchive::JsonLines { dir: dir.clone() }
+                    }
+                },
+            },
         }
     }
 }
@@ -798,7 +883,57 @@ mod tests {
         assert_eq!(c.recovery.stale, Dur::secs(5400));
         assert_eq!(c.dispatch.lease, Dur::secs(60));
         assert_eq!(c.cleanup.failed_retention, Dur::secs(14 * 86400));
+        assert_eq!(c.cleanup.history_retention, Some(Dur::secs(180 * 86400)));
+        assert_eq!(c.cleanup.history_batch, 100);
+        assert_eq!(c.cleanup.history_archive, HistoryArchiveConfig::None);
         assert_eq!(c.logging.format, "json");
+    }
+
+    #[test]
+    fn history_retention_keys() {
+        let c = Config::from_sources(
+            &format!(
+                "{MINIMAL}cleanup:\n  history_retention: null\n  history_batch: 7\n  history_archive: {{dir: /var/lib/lc}}\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert_eq!(c.cleanup.history_retention, None);
+        assert_eq!(c.thresholds().history_retention, None);
+        let l = c.ledger_config();
+        assert_eq!(l.history.batch, 7);
+        assert_eq!(
+            l.history.archive,
+            ledger::settings::HistoryArchive::JsonLines {
+                dir: "/var/lib/lc".into()
+            }
+        );
+        let c = Config::from_sources(
+            MINIMAL,
+            &env(&[
+                ("LCA_CLEANUP__HISTORY_RETENTION", "P400D"),
+                ("LCA_CLEANUP__HISTORY_ARCHIVE", "none"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(c.cleanup.history_retention, Some(Dur::secs(400 * 86400)));
+        assert_eq!(c.cleanup.history_archive, HistoryArchiveConfig::None);
+        for bad in [
+            "{kind: s3}",
+            "{dir: ''}",
+            "{dir: /x, mode: 1}",
+            "jsonl",
+            "[/x]",
+        ] {
+            let e = Config::from_sources(
+                &format!("{MINIMAL}cleanup: {{history_archive: {bad}}}\n"),
+                &[],
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(e.contains("cleanup.history_archive"), "{bad}: {e}");
+        }
     }
 
     #[test]
@@ -914,6 +1049,72 @@ mod tests {
                 .contains("auth.tokens[0].role")
         );
         assert!(check("database: {url: 'mysql://h/d'}\n").contains("database.url"));
+        let e = check("database: {url: 'postgres://h/d'}\ncleanup: {history_retention: P10D}\n");
+        assert!(
+            e.contains("cleanup.history_retention") && e.contains("cleanup.failed_retention"),
+            "{e}"
+        );
+        let e = check(
+            "database: {url: 'postgres://h/d'}\ncleanup: {success_retention: P200D, failed_retention: P1D}\n",
+        );
+        assert!(
+            e.contains("cleanup.history_retention") && e.contains("cleanup.success_retention"),
+            "{e}"
+        );
+        assert!(
+            check("database: {url: 'postgres://h/d'}\ncleanup: {history_batch: 0}\n")
+                .contains("cleanup.history_batch")
+        );
+        // Off: no bound on the cleanup retentions.
+        Config::from_sources(
+            "database: {url: 'postgres://h/d'}\ncleanup: {history_retention: null, failed_retention: P400D}\n",
+            &[],
+        )
+        .unwrap()
+        .validate()
+        .unwrap();
+    }
+
+    /// NiFi's PG-05 answers 404 under any path prefix, and a 404 makes a dispatch DEAD at once:
+    /// a receiver URL with a path refuses to start, naming the key and the way out.
+    #[test]
+    fn a_receiver_url_with_a_path_refuses_to_start_unless_a_proxy_strips_it() {
+        let with = |nifi: &str| {
+            Config::from_sources(&format!("{MINIMAL}nifi: {nifi}\n"), &[])
+                .unwrap()
+                .validate()
+        };
+        with("{receiver_url: 'https://nifi.example:9443'}").unwrap();
+        with("{receiver_url: 'https://nifi.example:9443/'}").unwrap();
+        let e = with("{receiver_url: 'https://nifi.example:9443/lca'}")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("nifi.receiver_url")
+                && e.contains("/lca")
+                && e.contains("(https://nifi.example:9443)")
+                && e.contains("nifi.receiver_path_allowed: true"),
+            "{e}"
+        );
+        let e = with("{receiver_url: 'nifi.example:9443'}")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("nifi.receiver_url"), "{e}");
+        with("{receiver_url: 'https://proxy.example/nifi-pg05', receiver_path_allowed: true}")
+            .unwrap();
+        let c = Config::from_sources(
+            MINIMAL,
+            &env(&[
+                ("LCA_NIFI__RECEIVER_URL", "https://proxy.example/nifi-pg05"),
+                ("LCA_NIFI__RECEIVER_PATH_ALLOWED", "true"),
+            ]),
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(
+            c.thresholds().receiver_path_allowed,
+            "jobs are judged by it too"
+        );
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Durations in the configuration's formats, and the per-job settings of `load_job.settings`
 //! (CONTRACT §10.3) that the ledger itself applies (cleanup retention, stale thresholds).
 use serde_json::Value;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// The longest duration any setting may have: 100 years. Longer values are refused as invalid
@@ -118,6 +119,13 @@ pub struct Thresholds {
     pub ack_timeout: Duration,
     pub receiver_url: Option<String>,
     pub timeout_seconds: f64,
+    /// `nifi.receiver_path_allowed` [v1-ext]: global only, never a job setting. When true a
+    /// receiver URL may carry a path (a proxy in front of NiFi strips it), see
+    /// [`receiver_url_problem`].
+    pub receiver_path_allowed: bool,
+    /// `cleanup.history_retention` (§7.2 rule 7; None = off). Global only, never a job key: it is
+    /// here so that a job's effective cleanup retentions are held below it (§10.2).
+    pub history_retention: Option<Duration>,
 }
 
 impl Default for Thresholds {
@@ -140,8 +148,81 @@ impl Default for Thresholds {
             ack_timeout: Duration::from_secs(600),
             receiver_url: None,
             timeout_seconds: 10.0,
+            receiver_path_allowed: false,
+            history_retention: Some(h(180 * 24)),
         }
     }
+}
+
+/// `cleanup.history_archive` (§7.2 rule 7 [v1-ext]): where history retention writes a run before
+/// it deletes it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum HistoryArchive {
+    /// Nothing is kept (the default).
+    #[default]
+    None,
+    /// One JSON line per run, appended to `<dir>/load-history-<YYYY-MM-DD>.jsonl` (the UTC day of
+    /// the run's end time) and fsynced before the delete commits.
+    JsonLines { dir: PathBuf },
+}
+
+/// Rule 7's global settings besides the retention (which lives in [`Thresholds`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistorySettings {
+    /// `cleanup.history_batch`: runs deleted per sweeper tick at most.
+    pub batch: u32,
+    pub archive: HistoryArchive,
+}
+
+impl Default for HistorySettings {
+    fn default() -> Self {
+        HistorySettings {
+            batch: 100,
+            archive: HistoryArchive::None,
+        }
+    }
+}
+
+/// What is wrong with a receiver URL (`nifi.receiver_url`, global or a job's), as the rest of a
+/// sentence that starts with the key; None when it is fine. It must be `http(s)://host[:port]`,
+/// optionally ending in `/`, without query or fragment (the dispatcher appends
+/// `/validate/<jobKey>` and `/reissue/<jobKey>`, CONTRACT §6.4). A path is refused unless
+/// `path_allowed` (`nifi.receiver_path_allowed`): NiFi's PG-05 is a HandleHttpRequest whose
+/// Allowed Paths are `/(validate|reissue)/<jobKey>`, so `https://nifi:9443/lca` makes it answer
+/// 404 to `/lca/validate/…`, and a 404 makes the dispatch DEAD at once (§6.5).
+pub fn receiver_url_problem(url: &str, path_allowed: bool) -> Option<String> {
+    let Some(rest) = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"))
+    else {
+        return Some(format!(
+            "{url:?} is not an http(s) URL: give NiFi PG-05's scheme, host and port, e.g. https://nifi.example:9443"
+        ));
+    };
+    let split = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(split);
+    if authority.is_empty() {
+        return Some(format!(
+            "{url:?} has no host: give NiFi PG-05's scheme, host and port, e.g. https://nifi.example:9443"
+        ));
+    }
+    let origin = &url[..url.len() - tail.len()];
+    if tail.contains(['?', '#']) {
+        return Some(format!(
+            "{url:?} carries a query or fragment: the dispatcher appends /validate/<jobKey> and \
+             /reissue/<jobKey> to it; give scheme, host and port only, e.g. {origin}"
+        ));
+    }
+    if tail.is_empty() || tail == "/" || path_allowed {
+        return None;
+    }
+    let path = tail.trim_end_matches('/');
+    Some(format!(
+        "{url:?} has the path {path}: NiFi's PG-05 listens on /validate/<jobKey> and \
+         /reissue/<jobKey> only and answers 404 to {path}/validate/<jobKey>, which makes every \
+         dispatch DEAD at once. Give scheme, host and port only ({origin}), or, when a proxy in \
+         front of NiFi strips {path}, set nifi.receiver_path_allowed: true"
+    ))
 }
 
 const JOB_KEYS: &[(&str, &[&str])] = &[
@@ -206,11 +287,11 @@ pub fn effective(
                 ("nifi", "receiver_url") => {
                     let url = v
                         .as_str()
-                        .filter(|u| u.starts_with("http://") || u.starts_with("https://"));
-                    t.receiver_url = Some(
-                        url.ok_or_else(|| format!("{name} must be an http(s) URL"))?
-                            .to_string(),
-                    );
+                        .ok_or_else(|| format!("{name} must be an http(s) URL"))?;
+                    if let Some(problem) = receiver_url_problem(url, global.receiver_path_allowed) {
+                        return Err(format!("{name} {problem}"));
+                    }
+                    t.receiver_url = Some(url.to_string());
                 }
                 ("nifi", "timeout_seconds") => {
                     t.timeout_seconds = v
@@ -250,6 +331,19 @@ pub fn effective(
     }
     if t.backoff_min > t.backoff_max {
         return Err("dispatch.backoff_min must not exceed dispatch.backoff_max".into());
+    }
+    if let Some(history) = t.history_retention {
+        for (key, d) in [
+            ("cleanup.success_retention", t.success_retention),
+            ("cleanup.failed_retention", t.failed_retention),
+        ] {
+            if d > history {
+                return Err(format!(
+                    "{key} must not exceed cleanup.history_retention {}",
+                    iso_duration(history)
+                ));
+            }
+        }
     }
     Ok(t)
 }
@@ -309,7 +403,7 @@ mod tests {
         let t = effective(
             &g,
             &json!({"cleanup": {"failed_retention": "P30D"}, "recovery": {"stale": "PT2H", "mode": "REISSUE", "max_attempts": 5},
-                    "nifi": {"receiver_url": "https://nifi-b:9443/lca"}, "dispatch": {"max_attempts": 30}}),
+                    "nifi": {"receiver_url": "https://nifi-b:9443"}, "dispatch": {"max_attempts": 30}}),
             lease,
         )
         .unwrap();
@@ -323,8 +417,20 @@ mod tests {
             ),
             (RecoveryMode::Reissue, 5, 30)
         );
-        assert_eq!(t.receiver_url.as_deref(), Some("https://nifi-b:9443/lca"));
+        assert_eq!(t.receiver_url.as_deref(), Some("https://nifi-b:9443"));
         assert_eq!(t.success_retention, g.success_retention);
+        let off = Thresholds {
+            history_retention: None,
+            ..g.clone()
+        };
+        assert!(
+            effective(
+                &off,
+                &json!({"cleanup": {"failed_retention": "P400D"}}),
+                lease
+            )
+            .is_ok()
+        );
         for bad in [
             json!({"recovery": {"stale": "30m"}}),
             json!({"cleanup": {"failed_retention": true}}),
@@ -332,9 +438,65 @@ mod tests {
             json!({"server": {"port": 1}}),
             json!({"recovery": {"sweeper_interval": "1m"}}),
             json!({"nifi": {"timeout_seconds": 60}}),
+            json!({"nifi": {"receiver_url": "nifi-b:9443"}}),
+            json!({"nifi": {"receiver_path_allowed": true}}),
+            json!({"cleanup": {"failed_retention": "P181D"}}),
+            json!({"cleanup": {"history_retention": "P365D"}}),
             json!([]),
         ] {
             assert!(effective(&g, &bad, lease).is_err(), "{bad}");
         }
+    }
+
+    /// A job's receiver URL with a path is refused like any invalid setting (PG-05 would answer
+    /// 404 and every dispatch of the job would go DEAD), unless the global
+    /// `nifi.receiver_path_allowed` says a proxy strips it.
+    #[test]
+    fn a_job_receiver_url_with_a_path_is_refused_unless_a_proxy_strips_it() {
+        let lease = Duration::from_secs(60);
+        let g = Thresholds::default();
+        for ok in [
+            "https://nifi-b:9443",
+            "https://nifi-b:9443/",
+            "http://10.0.0.7",
+        ] {
+            let t = effective(&g, &json!({"nifi": {"receiver_url": ok}}), lease).unwrap();
+            assert_eq!(t.receiver_url.as_deref(), Some(ok));
+        }
+        let with_path = json!({"nifi": {"receiver_url": "https://nifi-b:9443/lca"}});
+        let err = effective(&g, &with_path, lease).unwrap_err();
+        assert!(
+            err.starts_with("nifi.receiver_url")
+                && err.contains("/lca")
+                && err.contains("https://nifi-b:9443)")
+                && err.contains("nifi.receiver_path_allowed"),
+            "{err}"
+        );
+        for bad in [
+            "https://nifi-b:9443/lca/",
+            "https://nifi-b:9443?x=1",
+            "https://nifi-b:9443/#a",
+            "https:///lca",
+        ] {
+            assert!(
+                effective(&g, &json!({"nifi": {"receiver_url": bad}}), lease).is_err(),
+                "{bad}"
+            );
+        }
+        let proxied = Thresholds {
+            receiver_path_allowed: true,
+            ..Thresholds::default()
+        };
+        let t = effective(&proxied, &with_path, lease).unwrap();
+        assert_eq!(t.receiver_url.as_deref(), Some("https://nifi-b:9443/lca"));
+        assert!(
+            effective(
+                &proxied,
+                &json!({"nifi": {"receiver_url": "https://nifi-b:9443?x=1"}}),
+                lease
+            )
+            .is_err(),
+            "a query is refused even behind a proxy"
+        );
     }
 }

@@ -23,6 +23,9 @@ pub struct LedgerConfig {
     pub dispatch_lease: std::time::Duration,
     /// `database.pool_max_lifetime`: no pooled connection is used after this age.
     pub pool_max_lifetime: std::time::Duration,
+    /// `cleanup.history_batch` and `cleanup.history_archive` (§7.2 rule 7); the retention itself
+    /// is `thresholds.history_retention`.
+    pub history: crate::settings::HistorySettings,
 }
 
 impl Default for LedgerConfig {
@@ -34,6 +37,7 @@ impl Default for LedgerConfig {
             cleanup_max_batch: 200,
             dispatch_lease: std::time::Duration::from_secs(60),
             pool_max_lifetime: std::time::Duration::from_secs(600),
+            history: Default::default(),
         }
     }
 }
@@ -410,8 +414,12 @@ impl Ledger {
         let (k1, k2) = run_lock_key(run_id);
         // One round trip: the advisory lock is taken while the row is read, and the row lock
         // (LockRows, above the join) only after it. The row may have been read from a snapshot
-        // older than the advisory wait, but locking it in READ COMMITTED follows the update
-        // chain and re-checks the newest version, so the columns returned are current.
+        // older than the advisory wait. `FOR UPDATE` follows the update chain and re-checks the
+        // newest version, so its columns are current. `FOR KEY SHARE` follows it only past an
+        // update PostgreSQL records as a key update (every run-changing operation's, which locks
+        // the row `FOR UPDATE` first) and otherwise locks the version it saw: a status changed by
+        // a report's completion (§5.3 rule 3) may be older here. Reports and claims therefore
+        // decide on and answer the status re-read after their locks (`claim::run_status_after_locks`).
         let query = match mode {
             RunLock::Shared => SHARED_RUN_LOCK.as_str(),
             RunLock::Exclusive => EXCLUSIVE_RUN_LOCK.as_str(),

@@ -56,6 +56,11 @@ const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
         "sweep.event_retention",
         "deletes old events of cleaned-up runs, no state change",
     ),
+    (
+        "sweep_history",
+        "deletes cleaned-up terminal runs past history_retention with all their rows (and old \
+         run-less events); a deleted run has no transition left, no state change",
+    ),
 ];
 
 /// Events written by operations outside the model.

@@ -218,3 +218,112 @@ async fn mirrored_runs_come_page_by_page_each_once_in_order() {
         created[2..4].to_vec()
     );
 }
+
+/// The mirror sees active runs and those that ended within a day, never older ones (its SQL reads
+/// only those two sets, issue 26).
+#[tokio::test]
+async fn mirrored_runs_are_the_active_ones_and_those_ended_within_a_day() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let fence = ledger.acquire_epoch("test").await.unwrap();
+    ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({}),
+            "LoadJob/ns/job",
+            Some(1),
+        )
+        .await
+        .unwrap();
+    let mut ids = vec![];
+    for n in 0..4 {
+        ids.push(
+            ledger
+                .create_run(&new_run(&format!("K{n}")))
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+    let mut conn = db.conn().await;
+    // K1 ended 2 hours ago, K2 two days ago (heartbeat only), K3 is PUBLISH_UNKNOWN since a week.
+    for (id, sql) in [
+        (
+            ids[1],
+            "UPDATE nifi_ops.load_run SET status = 'SUCCESS', completed_at = now() - interval '2 hours' WHERE run_id = $1",
+        ),
+        (
+            ids[2],
+            "UPDATE nifi_ops.load_run SET status = 'FAILED_EXTRACT', heartbeat_at = now() - interval '2 days' WHERE run_id = $1",
+        ),
+        (
+            ids[3],
+            "UPDATE nifi_ops.load_run SET status = 'PUBLISH_UNKNOWN', heartbeat_at = now() - interval '7 days' WHERE run_id = $1",
+        ),
+    ] {
+        sqlx::query(sql).bind(id).execute(&mut conn).await.unwrap();
+    }
+    let page = ledger.mirrored_runs_page(None, 10).await.unwrap();
+    let mut seen: Vec<_> = page.iter().map(|r| r.run_id).collect();
+    seen.sort();
+    let mut expected = vec![ids[0], ids[1], ids[3]];
+    expected.sort();
+    assert_eq!(seen, expected);
+    let by_id = ledger.mirrored_runs_by_id(&ids).await.unwrap();
+    assert_eq!(by_id.len(), 3, "the old run is not mirrored by id either");
+}
+
+/// A LoadJob's summary: its active runs, its last final run, and what ended within 24 h (read by
+/// the job's indexes, issue 26), never another job's runs.
+#[tokio::test]
+async fn a_job_summary_counts_the_last_day_of_its_own_runs() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let mut ids = vec![];
+    for n in 0..6 {
+        ids.push(
+            ledger
+                .create_run(&new_run(&format!("K{n}")))
+                .await
+                .unwrap()
+                .run_id,
+        );
+    }
+    let other = ledger
+        .create_run(&ledger::NewRun {
+            job_key: "OTHER".into(),
+            ..new_run("K0")
+        })
+        .await
+        .unwrap()
+        .run_id;
+    let mut conn = db.conn().await;
+    for (id, status, ago) in [
+        (ids[1], "SUCCESS", "2 hours"),
+        (ids[2], "FAILED_EXTRACT", "3 hours"),
+        (ids[3], "CANCELLED", "1 hour"),
+        (ids[4], "SUCCESS", "2 days"),
+        (ids[5], "TIMED_OUT", "30 hours"),
+        (other, "SUCCESS", "10 minutes"),
+    ] {
+        sqlx::query(
+            "UPDATE nifi_ops.load_run SET status = $2, completed_at = now() - $3::interval WHERE run_id = $1",
+        )
+        .bind(id)
+        .bind(status)
+        .bind(ago)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    let s = ledger.job_summary("JOB").await.unwrap();
+    assert_eq!(s.active_runs, 1);
+    assert_eq!(s.active_run.map(|r| r.run_id), Some(ids[0]));
+    assert_eq!(
+        s.last_run.map(|r| (r.run_id, r.status)),
+        Some((ids[3], "CANCELLED".into()))
+    );
+    assert_eq!((s.succeeded, s.failed, s.cancelled), (1, 1, 1));
+}

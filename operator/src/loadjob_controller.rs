@@ -381,7 +381,7 @@ fn summary_changes(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crds::{LoadJobSpec, RecoveryMode, RecoverySpec};
+    use crds::{LoadJobSpec, NifiSpec, RecoveryMode, RecoverySpec};
 
     fn spec() -> LoadJobSpec {
         LoadJobSpec {
@@ -420,5 +420,36 @@ mod tests {
         });
         let err = validate_job(&s, &Thresholds::default(), Duration::from_secs(60)).unwrap_err();
         assert!(err.contains("recovery.stale"), "{err}");
+    }
+
+    /// A LoadJob whose receiver URL has a path is refused (Ready=False, InvalidSpec, nothing
+    /// written) with a reason naming the key and the way out: NiFi's PG-05 would answer 404 and
+    /// every dispatch of the job would go DEAD at once.
+    #[test]
+    fn a_receiver_url_with_a_path_is_refused_unless_a_proxy_strips_it() {
+        let mut s = spec();
+        s.nifi = Some(NifiSpec {
+            receiver_url: Some("https://nifi-b.example:9443/lca".into()),
+            timeout_seconds: None,
+        });
+        let lease = Duration::from_secs(60);
+        let err = validate_job(&s, &Thresholds::default(), lease).unwrap_err();
+        assert!(
+            err.contains("nifi.receiver_url")
+                && err.contains("/lca")
+                && err.contains("https://nifi-b.example:9443")
+                && err.contains("nifi.receiver_path_allowed"),
+            "{err}"
+        );
+        let proxied = Thresholds {
+            receiver_path_allowed: true,
+            ..Thresholds::default()
+        };
+        assert!(validate_job(&s, &proxied, lease).is_ok());
+        s.nifi.as_mut().unwrap().receiver_url = Some("https://nifi-b.example:9443".into());
+        assert_eq!(
+            validate_job(&s, &Thresholds::default(), lease).unwrap(),
+            json!({"nifi": {"receiver_url": "https://nifi-b.example:9443"}})
+        );
     }
 }

@@ -56,6 +56,10 @@ pub struct Metrics {
     reconcile_seconds: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     task_restarts: Family<TaskLabel, Counter>,
     kubernetes_access: Gauge,
+    xid_age: Gauge,
+    mxid_age: Gauge,
+    orphan_undecided: Gauge,
+    orphans_removed: Counter,
 }
 
 impl Default for Metrics {
@@ -73,6 +77,10 @@ impl Default for Metrics {
             ),
             task_restarts: Default::default(),
             kubernetes_access: Default::default(),
+            xid_age: Default::default(),
+            mxid_age: Default::default(),
+            orphan_undecided: Default::default(),
+            orphans_removed: Default::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -116,6 +124,26 @@ impl Default for Metrics {
             "1 while LoadJobs and LoadRuns are served and readable in the watched scope (Kubernetes mode)",
             m.kubernetes_access.clone(),
         );
+        registry.register(
+            "lca_database_xid_age",
+            "Transaction-id age of the ledger's database, age(datfrozenxid): wraparound protection starts near 2^31",
+            m.xid_age.clone(),
+        );
+        registry.register(
+            "lca_database_mxid_age",
+            "MultiXact age of the ledger's database, mxid_age(datminmxid)",
+            m.mxid_age.clone(),
+        );
+        registry.register(
+            "lca_orphan_sweep_undecided",
+            "1 while the last orphan sweep could not tell which LoadJobs exist (the LoadJob kind not served): it marked no ledger job removed",
+            m.orphan_undecided.clone(),
+        );
+        registry.register(
+            "lca_orphan_jobs_removed",
+            "Ledger jobs the orphan sweep marked removed (their LoadJob confirmed gone)",
+            m.orphans_removed.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -156,6 +184,13 @@ impl Metrics {
         self.kubernetes_access.set(ok as i64);
     }
 
+    /// One orphan sweep: whether it could not tell (the LoadJob kind not served), and how many
+    /// jobs it marked removed.
+    pub fn orphan_sweep(&self, undecided: bool, removed: u64) {
+        self.orphan_undecided.set(undecided as i64);
+        self.orphans_removed.inc_by(removed);
+    }
+
     pub fn leading(&self, yes: bool) {
         self.leader.set(yes as i64);
     }
@@ -182,6 +217,12 @@ impl Metrics {
                 })
                 .set(n);
         }
+    }
+
+    /// `lca_database_xid_age` and `lca_database_mxid_age`, refreshed with the other gauges.
+    pub fn database_age(&self, xid_age: i64, mxid_age: i64) {
+        self.xid_age.set(xid_age);
+        self.mxid_age.set(mxid_age);
     }
 
     pub fn render(&self) -> String {

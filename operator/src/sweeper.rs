@@ -1,5 +1,6 @@
 //! The sweeper loop (CONTRACT §7.2): one fenced tick per `recovery.sweeper_interval` while leading,
-//! and the backlog gauges refreshed every interval by every process.
+//! and the backlog gauges (and the database's xid/MultiXact ages) refreshed every interval by
+//! every process.
 use crate::metrics::Metrics;
 use ledger::{Fence, Ledger, LedgerError};
 use std::sync::Arc;
@@ -66,7 +67,10 @@ impl Sweeper {
 
     pub async fn refresh_gauges(&self) {
         match self.ledger.backlog_gauges().await {
-            Ok((dispatches, runs)) => self.metrics.gauges(&dispatches, &runs),
+            Ok(g) => {
+                self.metrics.gauges(&g.dispatches, &g.runs);
+                self.metrics.database_age(g.xid_age, g.mxid_age);
+            }
             Err(e) => {
                 tracing::warn!(event = "gauges_error", error = %e, "refreshing gauges failed")
             }

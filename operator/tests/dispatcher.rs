@@ -54,7 +54,7 @@ async fn a_2xx_marks_the_row_sent_and_the_request_is_exactly_the_contracts() {
     env.dispatcher(&env.ledger).deliver(&fence, &rows[0]).await;
     let got = receiver.wait_for(1, Duration::from_secs(5)).await;
     let r = &got[0];
-    assert_eq!(r.path, "/nifi/validate/JOB", "no doubled or trailing slash");
+    assert_eq!(r.path, "/validate/JOB", "no doubled or trailing slash");
     assert_eq!(r.headers["content-type"], "application/json");
     assert_eq!(r.headers["x-run-id"], run.to_string());
     assert_eq!(r.headers["x-dispatch-id"], dispatch.to_string());
@@ -120,7 +120,7 @@ async fn retryable_answers_back_off_and_stay_pending() {
 #[tokio::test]
 async fn transport_errors_and_timeouts_retry_without_a_status() {
     let (status, _, http, error, _, _, _) = outcome(&[(202, 0)], |c| {
-        c.nifi.receiver_url = Some("http://127.0.0.1:9/closed".into())
+        c.nifi.receiver_url = Some("http://127.0.0.1:9".into())
     })
     .await;
     assert_eq!(
@@ -333,6 +333,8 @@ async fn a_missing_receiver_url_is_a_build_failure() {
     let env = Env::start(|_| {}).await;
     let mut conn = env.conn().await;
     let (run, _) = env.validated("K").await;
+    // A job row with a path in its receiver URL (written before that was refused, or by hand)
+    // is invalid as a whole: PG-05 would answer 404 there, so the global receiver is used.
     sqlx::query("INSERT INTO nifi_ops.load_job (job_key, settings) VALUES ('JOB', '{\"nifi\": {\"receiver_url\": \"https://nifi-b:9443/lca\"}}')")
         .execute(&mut conn)
         .await
@@ -346,7 +348,21 @@ async fn a_missing_receiver_url_is_a_build_failure() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        req.url, "https://nifi-b:9443/lca/validate/JOB",
+        req.url, "http://127.0.0.1:9/validate/JOB",
+        "settings with a receiver path are ignored"
+    );
+    sqlx::query("UPDATE nifi_ops.load_job SET settings = '{\"nifi\": {\"receiver_url\": \"https://nifi-b:9443/\"}}'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let req = env
+        .ledger
+        .dispatch_request(&rows[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        req.url, "https://nifi-b:9443/validate/JOB",
         "the job's receiver overrides the global one"
     );
     sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'PENDING', next_attempt_at = now() WHERE run_id = $1").bind(run).execute(&mut conn).await.unwrap();
@@ -377,12 +393,10 @@ async fn a_missing_receiver_url_is_a_build_failure() {
 #[tokio::test]
 async fn the_request_bytes_pass_a_receiver_as_strict_as_nifi() {
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let strict =
-        e2e::nifi::receiver::Receiver::start("127.0.0.1:0", "/pg05", Default::default(), tx)
-            .await
-            .unwrap();
-    let env =
-        Env::start(|c| c.nifi.receiver_url = Some(format!("http://{}/pg05/", strict.addr))).await;
+    let strict = e2e::nifi::receiver::Receiver::start("127.0.0.1:0", "", Default::default(), tx)
+        .await
+        .unwrap();
+    let env = Env::start(|c| c.nifi.receiver_url = Some(format!("http://{}/", strict.addr))).await;
     let (run, dispatch) = env.validated("K").await;
     let fence = env.fence().await;
     let rows = leased(&env, &fence).await;
@@ -403,7 +417,7 @@ async fn the_request_bytes_pass_a_receiver_as_strict_as_nifi() {
     );
     let head = stats.first_request_head.expect("one request");
     assert!(
-        head.starts_with("POST /pg05/validate/JOB HTTP/1.1\r\n"),
+        head.starts_with("POST /validate/JOB HTTP/1.1\r\n"),
         "{head}"
     );
     for line in [

@@ -1088,6 +1088,9 @@ fn the_chart_takes_credentials_from_secrets_only() {
         "secrets.apiTls.clientCaKey=client-ca.crt",
         "secrets.nifiTls.existingSecret=lc-nifi-tls",
         "tests.tokenSecret.existingSecret=lc-test-token",
+        "database.listenDsnSecret.name=lc-listen",
+        "database.listenDsnSecret.key=dsn",
+        "database.migrationUrlKey=MIGRATION_URL",
     ]);
     let cm = docs
         .iter()
@@ -1102,6 +1105,8 @@ fn the_chart_takes_credentials_from_secrets_only() {
         "ca_bundle",
         "tokens",
         "sha256",
+        "listen_dsn",
+        "migration_url",
     ] {
         assert!(
             !config.contains(word),
@@ -1134,6 +1139,57 @@ fn the_chart_takes_credentials_from_secrets_only() {
         op.contains(&"LCA_NIFI__CLIENT_KEY".into())
             && !api.contains(&"LCA_NIFI__CLIENT_KEY".into())
     );
+    // The API's tokens go to the api-server alone (the operator checks none), the LISTEN DSN to
+    // the operator alone (its dispatcher LISTENs), each from its Secret.
+    assert!(
+        api.contains(&"LCA_AUTH__TOKENS".into()) && !op.contains(&"LCA_AUTH__TOKENS".into()),
+        "api-server {api:?}, operator {op:?}"
+    );
+    assert!(
+        op.contains(&"LCA_DATABASE__LISTEN_DSN".into())
+            && !api.contains(&"LCA_DATABASE__LISTEN_DSN".into())
+    );
+    let env_var = |container: &str, var: &str| -> serde_yaml::Value {
+        containers.iter().find(|c| c["name"] == container).unwrap()["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == var)
+            .unwrap()
+            .clone()
+    };
+    let listen = env_var("operator", "LCA_DATABASE__LISTEN_DSN");
+    assert_eq!(listen["valueFrom"]["secretKeyRef"]["name"], "lc-listen");
+    assert_eq!(listen["valueFrom"]["secretKeyRef"]["key"], "dsn");
+    let migrate = docs
+        .iter()
+        .find(|d| d["kind"] == "Job" && d["metadata"]["name"] == "lc-load-control-migrate")
+        .unwrap();
+    let migration_url = migrate["spec"]["template"]["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "LCA_DATABASE__MIGRATION_URL")
+        .unwrap();
+    assert_eq!(
+        migration_url["valueFrom"]["secretKeyRef"]["key"],
+        "MIGRATION_URL"
+    );
+    // Without a listen key the operator LISTENs on DATABASE_URL: nothing rendered.
+    let plain = template_docs(&[]);
+    let plain_op = plain.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]
+        ["template"]["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "operator")
+        .unwrap()
+        .clone();
+    assert!(
+        !serde_yaml::to_string(&plain_op)
+            .unwrap()
+            .contains("LISTEN_DSN")
+    );
     let test_pod = docs
         .iter()
         .find(|d| d["kind"] == "Pod" && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
@@ -1154,14 +1210,120 @@ fn the_chart_takes_credentials_from_secrets_only() {
         test_pod["spec"]["containers"][0]["env"][0]["name"],
         "LC_PROBE_TOKEN"
     );
-    // A secret in the values' config is refused, naming where it belongs.
-    let refused = template_refused("config.nifi.signing_secret=oops");
-    assert!(!refused.status.success());
+    // A secret in the values' config is refused, naming where it belongs: the signing key, and
+    // the database URLs that carry a password.
+    for (set, owner) in [
+        ("config.nifi.signing_secret=oops", "secrets.signingSecret"),
+        (
+            "config.database.listen_dsn=postgres://u:pw@db/x",
+            "database.listenDsnSecret",
+        ),
+        (
+            "config.database.migration_url=postgres://u:pw@db/x",
+            "database.migrationUrlKey",
+        ),
+    ] {
+        let refused = template_refused(set);
+        assert!(!refused.status.success(), "{set}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(owner),
+            "{set}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+}
+
+/// The operator's rights are what it calls and no more: it creates LoadRuns, patches their status
+/// (server-side apply on `loadruns/status`) and deletes them past retention, but never patches a
+/// LoadRun itself (its spec is the user's); LoadJobs are read, their finalizer (metadata) and
+/// status patched. The same rules in cluster mode (ClusterRole) and namespace mode (Roles).
+#[test]
+fn the_operators_rules_are_the_verbs_it_uses() {
+    let expected = [
+        ("loadjobs", vec!["get", "list", "watch", "patch"]),
+        ("loadjobs/status", vec!["patch"]),
+        ("loadruns", vec!["get", "list", "watch", "create", "delete"]),
+        ("loadruns/status", vec!["patch"]),
+        ("events", vec!["create", "patch"]),
+    ];
+    let rules_of = |doc: &serde_yaml::Value| -> Vec<(String, Vec<String>)> {
+        doc["rules"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                let verbs: Vec<String> = r["verbs"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_str().unwrap().to_string())
+                    .collect();
+                r["resources"]
+                    .as_sequence()
+                    .unwrap()
+                    .iter()
+                    .map(move |res| (res.as_str().unwrap().to_string(), verbs.clone()))
+            })
+            .collect()
+    };
+    let want: Vec<(String, Vec<String>)> = expected
+        .iter()
+        .map(|(r, v)| (r.to_string(), v.iter().map(|s| s.to_string()).collect()))
+        .collect();
+    let cluster = template_docs(&[]);
+    let role = cluster
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == "load-control:ns:lc-load-control"
+        })
+        .unwrap();
+    assert_eq!(rules_of(role), want);
+    let namespaced = template_docs(&["watchNamespaces={team-a,team-b}"]);
+    let roles: Vec<_> = namespaced
+        .iter()
+        .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "lc-load-control")
+        .collect();
+    assert_eq!(roles.len(), 2);
+    for role in roles {
+        assert_eq!(rules_of(role), want, "{:?}", role["metadata"]);
+    }
+    assert!(namespaced.iter().all(|d| d["kind"] != "ClusterRole"));
+}
+
+/// NiFi's PG-05 answers 404 under a path prefix and a 404 makes a dispatch DEAD at once: the
+/// chart's default receiver URL has no path, and one with a path fails the render with the value
+/// to use, unless `config.nifi.receiver_path_allowed` says a proxy strips it.
+#[test]
+fn the_chart_refuses_a_receiver_url_with_a_path() {
+    let docs = template_docs(&[]);
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lc-load-control")
+        .unwrap();
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    let url = config["nifi"]["receiver_url"].as_str().unwrap();
     assert!(
-        String::from_utf8_lossy(&refused.stderr).contains("secrets.signingSecret"),
-        "{}",
-        String::from_utf8_lossy(&refused.stderr)
+        ledger::settings::receiver_url_problem(url, false).is_none(),
+        "the default {url} is one the binaries accept"
     );
+    let refused = template_refused("config.nifi.receiver_url=https://nifi.example:9443/lca");
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        stderr.contains("config.nifi.receiver_url=https://nifi.example:9443,")
+            && stderr.contains("config.nifi.receiver_path_allowed=true"),
+        "{stderr}"
+    );
+    for ok in [
+        &["config.nifi.receiver_url=https://nifi.example:9443/"][..],
+        &[
+            "config.nifi.receiver_url=https://proxy.example/nifi-pg05",
+            "config.nifi.receiver_path_allowed=true",
+        ][..],
+    ] {
+        template_docs(ok);
+    }
 }
 
 /// A CloudNativePG ledger (issue 21 item 8): the URL from the cluster's `-app` Secret under its
@@ -1418,7 +1580,7 @@ async fn the_binary_waits_for_missing_crds_and_recovers_by_itself() {
         .env("KUBECONFIG", &cp.kubeconfig)
         .env("LCA_CONFIG", "/dev/null")
         .env("DATABASE_URL", &db)
-        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9/nifi")
+        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
         .env("LCA_WORKER__METRICS_PORT", port.to_string())
         .env("POD_NAMESPACE", "default")
         .stdout(std::process::Stdio::null())

@@ -94,7 +94,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
     let log_dir = std::env::temp_dir().join(format!("op-logs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(
         &config,
-        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9/nifi'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
+        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
                  logging: {{format: text, file: {{path: '{}/{{service}}.log'}}}}\n", env.db.url, log_dir.display()),
     )
     .unwrap();
@@ -301,7 +301,7 @@ async fn the_binaries_wait_for_a_database_that_is_not_there_yet() {
         .args(["--standalone"])
         .env("LCA_CONFIG", "/dev/null")
         .env("DATABASE_URL", &late_url)
-        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9/nifi")
+        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
         .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
         .env("LCA_WORKER__METRICS_PORT", op_port.to_string())
         .stdout(Stdio::null())

@@ -3,7 +3,7 @@
 //!
 //! Reports hold the run row FOR KEY SHARE so that reports of sibling partitions never wait for each
 //! other; a verdict that ends the run rolls back and re-runs under FOR UPDATE (§5.3 rule 6).
-use super::claim::lock_partition;
+use super::claim::{lock_partition, parse_run_status};
 use super::complete::complete_extraction;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
@@ -88,6 +88,9 @@ struct ChunkRow {
     rows: String,
     bytes: Option<String>,
     distinct_counts: i64,
+    /// The run's status, read after the run and partition locks were granted (what the report
+    /// decides on and answers, see `claim::run_status_after_locks`).
+    run_status: String,
 }
 
 impl Ledger {
@@ -140,7 +143,10 @@ impl Ledger {
         // run's heartbeat in §5.3 rule 5's form (skipped when fresh or write-locked, never
         // waiting; for a progress report this is the last statement) and reads the partition's
         // aggregate as it is with this chunk (the other WRITTEN chunks, which the partition row
-        // lock keeps still, plus this one: a statement does not see its own writes).
+        // lock keeps still, plus this one: a statement does not see its own writes). It also
+        // reads the run's status: its snapshot follows every lock wait of the report, so the
+        // status is the one the waits left (the run row of the first statement may be older,
+        // `claim::run_status_after_locks`).
         // An identical replay writes nothing: no upsert (ON CONFLICT DO UPDATE locks the row even
         // when its WHERE is false), no new partition row version.
         // A chunk that completes the set may decide the partition: the run's row is then taken
@@ -173,7 +179,8 @@ impl Ledger {
                                    AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
                     count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
                     COALESCE(sum(record_count), 0)::text AS rows, sum(byte_count)::text AS bytes, \
-                    count(DISTINCT fragment_count) AS distinct_counts \
+                    count(DISTINCT fragment_count) AS distinct_counts, \
+                    (SELECT status FROM nifi_ops.load_run WHERE run_id = $1) AS run_status \
                FROM chunks"
         ))
         .bind(run_id)
@@ -203,7 +210,7 @@ impl Ledger {
                 .map_err(|_| corrupt("bytes"))?,
             distinct_counts: a.distinct_counts,
         };
-        let run_status = run.status()?;
+        let run_status = parse_run_status(&a.run_status)?;
         let mut out = ChunkOutcome {
             recorded: true,
             partition_status: part_status,

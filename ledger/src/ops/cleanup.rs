@@ -8,16 +8,69 @@ use crate::store::{JobThresholds, Ledger, RunLock, transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
+use std::sync::LazyLock;
 use uuid::Uuid;
 
-/// `$1..$5`: per-job overrides and the global retentions; the due predicate over `r` and `js`.
+/// `$1..$5`: per-job overrides and the global retentions; the due predicate over `r` (the job's
+/// retention found by its position in `$1`, so that no join keeps an index from serving the order).
 pub(crate) const JOB_CTE: &str = "WITH js AS (SELECT * FROM unnest($1::text[], $2::float8[], $3::float8[], $4::float8[], $5::float8[]) \
      AS t(job_key, success_s, failed_s, stale_s, vstale_s))";
 pub(crate) const DUE: &str = "(r.cleaned_at IS NULL AND ( \
-     (r.status = 'SUCCESS' AND COALESCE(r.completed_at, r.heartbeat_at) < clock_timestamp() - make_interval(secs => COALESCE(js.success_s, $6))) \
+     (r.status = 'SUCCESS' AND COALESCE(r.completed_at, r.heartbeat_at) < clock_timestamp() \
+        - make_interval(secs => COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $6))) \
   OR (r.status IN ('FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION','FAILED_PUBLISH','FAILED_TARGET_VALIDATION', \
                    'FAILED_SNAPSHOT_EXPIRED','TIMED_OUT','CANCELLED') \
-      AND COALESCE(r.completed_at, r.heartbeat_at) < clock_timestamp() - make_interval(secs => COALESCE(js.failed_s, $7)))))";
+      AND COALESCE(r.completed_at, r.heartbeat_at) < clock_timestamp() \
+        - make_interval(secs => COALESCE(($3::float8[])[array_position($1::text[], r.job_key::text)], $7)))))";
+
+/// What `DUE` implies, in the terms of the partial indexes `ix_load_run_cleanup_end` and
+/// `ix_load_run_cleanup_job_end`: a window on the end time, `{}` the parameter of the shortest
+/// retention of any job. `statement_timestamp()` (stable) lets the bound be an index condition;
+/// it is never later than `DUE`'s `clock_timestamp()`, so the window holds every run due when the
+/// statement started.
+fn due_window(min_retention_param: usize) -> String {
+    format!(
+        "(r.cleaned_at IS NULL AND r.status IN ('SUCCESS','FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION', \
+           'FAILED_PUBLISH','FAILED_TARGET_VALIDATION','FAILED_SNAPSHOT_EXPIRED','TIMED_OUT','CANCELLED') \
+          AND COALESCE(r.completed_at, r.heartbeat_at) < statement_timestamp() - make_interval(secs => ${min_retention_param}))"
+    )
+}
+
+/// `GET /v1/cleanup/candidates` (§4.18): `$1..$7` thresholds, `$8` limit, `$9` shortest retention.
+pub static CANDIDATES: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{JOB_CTE} SELECT {CANDIDATE_COLS} FROM nifi_ops.load_run r WHERE {DUE} AND {} \
+          ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT $8",
+        due_window(9)
+    )
+});
+/// The same for one job: `$8` job, `$9` limit, `$10` shortest retention.
+pub static CANDIDATES_OF_JOB: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{JOB_CTE} SELECT {CANDIDATE_COLS} FROM nifi_ops.load_run r WHERE {DUE} AND {} AND r.job_key = $8 \
+          ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT $9",
+        due_window(10)
+    )
+});
+/// The monitor's `cleanupDue` (§4.20): `$8` cap, `$9` shortest retention.
+pub static DUE_COUNT: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{JOB_CTE} SELECT count(*) FROM (SELECT 1 FROM nifi_ops.load_run r WHERE {DUE} AND {} \
+          ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT $8) d",
+        due_window(9)
+    )
+});
+const CANDIDATE_COLS: &str = "r.run_id, r.job_key, r.business_key, r.status, r.hdfs_run_path, r.stage_table_name AS stage_table, \
+     COALESCE(r.completed_at, r.heartbeat_at) AS completed_at";
+
+/// The shortest success or failed retention of any job, in seconds: no run ends later than this
+/// and is due.
+pub(crate) fn min_retention(t: &JobThresholds, g: &crate::settings::Thresholds) -> f64 {
+    t.success.iter().chain(&t.failed).copied().fold(
+        g.success_retention.min(g.failed_retention).as_secs_f64(),
+        f64::min,
+    )
+}
 
 /// Binds `$1..$7` of `JOB_CTE` + `DUE` (and the stale globals at `$8`, `$9`, for the monitor).
 macro_rules! bind_thresholds {
@@ -66,20 +119,17 @@ impl Ledger {
         let mut conn = self.pool.acquire().await?;
         let t: JobThresholds = self.job_thresholds(&mut conn).await?;
         let g = &self.config.thresholds;
-        let sql = format!(
-            "{JOB_CTE} SELECT r.run_id, r.job_key, r.business_key, r.status, r.hdfs_run_path, r.stage_table_name AS stage_table, \
-                    COALESCE(r.completed_at, r.heartbeat_at) AS completed_at \
-               FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key \
-              WHERE {DUE} AND ($8::text IS NULL OR r.job_key = $8) \
-              ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT $9"
-        );
-        Ok(
-            bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), t, g)
-                .bind(job_key)
-                .bind(limit)
-                .fetch_all(&mut *conn)
-                .await?,
-        )
+        let q = match job_key {
+            Some(job) => {
+                bind_thresholds!(sqlx::query_as(CANDIDATES_OF_JOB.as_str()), t, g).bind(job)
+            }
+            None => bind_thresholds!(sqlx::query_as(CANDIDATES.as_str()), t, g),
+        };
+        Ok(q.bind(limit)
+            .bind(min_retention(&t, g))
+            .persistent(false)
+            .fetch_all(&mut *conn)
+            .await?)
     }
 
     /// `actor` is set for operator calls, whose identity the event records.
@@ -96,8 +146,7 @@ impl Ledger {
             let status = run.status()?;
             let g = &self.config.thresholds;
             let sql = format!(
-                "{JOB_CTE} SELECT r.cleaned_at IS NOT NULL, {DUE} FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key \
-                  WHERE r.run_id = $8"
+                "{JOB_CTE} SELECT r.cleaned_at IS NOT NULL, {DUE} FROM nifi_ops.load_run r WHERE r.run_id = $8"
             );
             let (cleaned, due): (bool, bool) =
                 bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(sql)), t, g)

@@ -106,23 +106,12 @@ impl Ledger {
         let lease = self.config.dispatch_lease.as_secs_f64();
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
-            Ok(sqlx::query_as(
-                "UPDATE nifi_ops.load_dispatch d \
-                    SET attempt_count = d.attempt_count + 1, next_attempt_at = clock_timestamp() + make_interval(secs => $2), \
-                        leased_epoch = $3 \
-                   FROM nifi_ops.load_run r \
-                  WHERE d.dispatch_id IN (SELECT dispatch_id FROM nifi_ops.load_dispatch \
-                                           WHERE status = 'PENDING' \
-                                             AND (next_attempt_at <= clock_timestamp() OR leased_epoch < $3) \
-                                           ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED) \
-                    AND r.run_id = d.run_id \
-                RETURNING d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key",
-            )
-            .bind(batch)
-            .bind(lease)
-            .bind(fence.epoch)
-            .fetch_all(&mut *conn)
-            .await?)
+            Ok(sqlx::query_as(LEASE)
+                .bind(batch)
+                .bind(lease)
+                .bind(fence.epoch)
+                .fetch_all(&mut *conn)
+                .await?)
         })
     }
 
@@ -266,17 +255,72 @@ impl Ledger {
         })
     }
 
-    /// Raw outbox and run counts for the operator's gauges (no fence: read-only).
-    pub async fn backlog_gauges(&self) -> LedgerResult<(Vec<(String, i64)>, Vec<(String, i64)>)> {
-        let dispatches = sqlx::query_as("SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT','DEAD') GROUP BY status")
-            .fetch_all(&self.pool)
+    /// Raw outbox and run counts for the operator's gauges, and the database's transaction-id and
+    /// MultiXact ages (no fence: read-only). Every part is index-served: see [`RUN_COUNTS`].
+    pub async fn backlog_gauges(&self) -> LedgerResult<Gauges> {
+        let mut conn = self.pool.acquire().await?;
+        let dispatches = sqlx::query_as(super::monitor::DISPATCH_COUNTS)
+            .fetch_all(&mut *conn)
             .await?;
-        let runs = sqlx::query_as("SELECT status, count(*) FROM nifi_ops.load_run GROUP BY status")
-            .fetch_all(&self.pool)
-            .await?;
-        Ok((dispatches, runs))
+        let runs = sqlx::query_as(RUN_COUNTS).fetch_all(&mut *conn).await?;
+        let (xid_age, mxid_age) = sqlx::query_as(DATABASE_AGE).fetch_one(&mut *conn).await?;
+        Ok(Gauges {
+            dispatches,
+            runs,
+            xid_age,
+            mxid_age,
+        })
     }
 }
+
+/// What [`Ledger::backlog_gauges`] read.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Gauges {
+    /// `lca_dispatch_backlog{status}`: PENDING, SENT, DEAD (those with rows).
+    pub dispatches: Vec<(String, i64)>,
+    /// `lca_active_runs{status}`: every status with runs.
+    pub runs: Vec<(String, i64)>,
+    /// `age(datfrozenxid)` of the ledger's database (`lca_database_xid_age`).
+    pub xid_age: i64,
+    /// `mxid_age(datminmxid)` of the ledger's database (`lca_database_mxid_age`).
+    pub mxid_age: i64,
+}
+
+/// `lca_active_runs` counts runs in every status over all history (§9.1). The active ones come
+/// from `ix_load_run_status_heartbeat`; the final ones from an index-only scan of the narrow
+/// partial `ix_load_run_final_status` (deduplicated: a few pages for tens of thousands of runs)
+/// rather than from the table.
+pub const RUN_COUNTS: &str = "SELECT status, count(*) FROM nifi_ops.load_run \
+     WHERE status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED','PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') GROUP BY status \
+     UNION ALL SELECT status, count(*) FROM nifi_ops.load_run \
+     WHERE status NOT IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED','PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') GROUP BY status";
+
+/// Transaction-id and MultiXact age of the current database (wraparound guard, docs/operations.md).
+pub const DATABASE_AGE: &str = "SELECT age(datfrozenxid)::bigint, mxid_age(datminmxid)::bigint FROM pg_database WHERE datname = current_database()";
+
+/// The lease scan (§6.3), `$1` batch, `$2` lease seconds, `$3` this leader's epoch. Two
+/// index-bounded branches instead of `next_attempt_at <= now OR leased_epoch < $3`, which no index
+/// serves (every PENDING row was read when nothing was due): rows due now, from
+/// `ix_load_dispatch_due` up to the statement's start (`statement_timestamp()` is stable, so it is
+/// an index condition), and **[v1-ext]** rows leased by an earlier epoch, from
+/// `ix_load_dispatch_leased`. Both lock with SKIP LOCKED; the batch is the earliest `$1` of the two, updated by
+/// primary key.
+pub const LEASE: &str = "WITH due AS ( \
+        SELECT dispatch_id, next_attempt_at FROM nifi_ops.load_dispatch \
+         WHERE status = 'PENDING' AND next_attempt_at <= statement_timestamp() \
+         ORDER BY next_attempt_at LIMIT $1 FOR UPDATE SKIP LOCKED), \
+     orphaned AS ( \
+        SELECT dispatch_id, next_attempt_at FROM nifi_ops.load_dispatch \
+         WHERE status = 'PENDING' AND leased_epoch < $3 \
+         LIMIT $1 FOR UPDATE SKIP LOCKED) \
+ UPDATE nifi_ops.load_dispatch d \
+    SET attempt_count = d.attempt_count + 1, next_attempt_at = clock_timestamp() + make_interval(secs => $2), \
+        leased_epoch = $3 \
+   FROM nifi_ops.load_run r \
+  WHERE d.dispatch_id = ANY (ARRAY(SELECT dispatch_id FROM (SELECT * FROM due UNION SELECT * FROM orphaned) u \
+                                  ORDER BY next_attempt_at LIMIT $1)) \
+    AND r.run_id = d.run_id \
+RETURNING d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key";
 
 /// `DISPATCH_DEAD` (§6.5): run and partition only, never job or business key.
 #[allow(clippy::too_many_arguments)]

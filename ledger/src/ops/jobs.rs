@@ -5,9 +5,12 @@ use crate::error::LedgerResult;
 use crate::store::{Ledger, transaction};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
+use std::sync::LazyLock;
 use uuid::Uuid;
 
 /// The mirror's view of runs (LoadJob-owned; active, or ended within a day), narrowed by `$filter`.
+/// Driven by the two bounded sets (active runs by status, runs ended within a day by
+/// `ix_load_run_final_end`), not by a scan of every run that filters them (issue 26).
 macro_rules! mirrored_runs_sql {
     ($filter:literal, $tail:literal) => {
         concat!("SELECT r.run_id, r.job_key, r.business_key, r.status, r.version_no, r.snapshot_scn::text AS snapshot_scn, r.hdfs_run_path, \
@@ -25,12 +28,24 @@ macro_rules! mirrored_runs_sql {
                FROM nifi_ops.load_run r \
                JOIN nifi_ops.load_job j ON j.job_key = r.job_key AND j.removed_at IS NULL AND j.source LIKE 'LoadJob/%' \
                LEFT JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \
-              WHERE (", $filter, ") AND (r.status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
-                                 'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
-                 OR COALESCE(r.completed_at, r.heartbeat_at) > clock_timestamp() - interval '1 day') \
+              WHERE r.run_id = ANY (ARRAY(SELECT run_id FROM nifi_ops.load_run \
+                      WHERE status IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
+                                       'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
+                     UNION ALL \
+                     SELECT run_id FROM nifi_ops.load_run \
+                      WHERE status NOT IN ('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED', \
+                                           'PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN') \
+                        AND COALESCE(completed_at, heartbeat_at) > statement_timestamp() - interval '1 day')) \
+                AND (", $filter, ") \
               GROUP BY r.run_id, j.source ORDER BY r.started_at, r.run_id", $tail)
     };
 }
+
+/// The first page of the mirror's pass (`$1` limit).
+pub const MIRRORED_RUNS_FIRST: &str = mirrored_runs_sql!("TRUE", " LIMIT $1");
+/// A later page: after (`$2` started_at, `$3` run_id).
+pub const MIRRORED_RUNS_AFTER: &str =
+    mirrored_runs_sql!("(r.started_at, r.run_id) > ($2, $3)", " LIMIT $1");
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum JobWrite {
@@ -98,6 +113,36 @@ pub struct MirroredRun {
 }
 
 const ACTIVE: &str = "('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED','PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN')";
+const SUMMARY_COLS: &str =
+    "run_id, job_key, business_key, status, COALESCE(completed_at, heartbeat_at) AS completed_at";
+
+/// `job_summary`, `$1` the job: its active runs.
+pub static JOB_ACTIVE_COUNT: LazyLock<String> = LazyLock::new(|| {
+    format!("SELECT count(*) FROM nifi_ops.load_run WHERE job_key = $1 AND status IN {ACTIVE}")
+});
+/// … its newest active run.
+pub static JOB_ACTIVE_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {SUMMARY_COLS} FROM nifi_ops.load_run WHERE job_key = $1 AND status IN {ACTIVE} \
+          ORDER BY started_at DESC LIMIT 1"
+    )
+});
+/// … its last final run.
+pub static JOB_LAST_RUN: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT {SUMMARY_COLS} FROM nifi_ops.load_run WHERE job_key = $1 AND status NOT IN {ACTIVE} \
+          ORDER BY COALESCE(completed_at, heartbeat_at) DESC LIMIT 1"
+    )
+});
+/// … its runs that ended within 24 h, by outcome (all three counts are of final statuses).
+pub static JOB_RECENT_COUNTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER (WHERE status NOT IN ('SUCCESS','CANCELLED')), \
+                count(*) FILTER (WHERE status = 'CANCELLED') \
+           FROM nifi_ops.load_run WHERE job_key = $1 AND status NOT IN {ACTIVE} \
+            AND COALESCE(completed_at, heartbeat_at) >= statement_timestamp() - interval '24 hours'"
+    )
+});
 
 impl Ledger {
     /// Writes a LoadJob's settings and suspend flag; the first source of a jobKey owns it until
@@ -174,36 +219,27 @@ impl Ledger {
         .await?)
     }
 
-    /// Active and last runs of a job and its counts over the last 24 h.
+    /// Active and last runs of a job and its counts over the last 24 h. Each part reads the job's
+    /// active runs (`uq_load_run_active`) or its final ones in end-time order
+    /// (`ix_load_run_job_final_end`): the last one, or the last 24 h.
     pub async fn job_summary(&self, job_key: &str) -> LedgerResult<JobSummary> {
         let mut s = JobSummary::default();
-        let cols = "run_id, job_key, business_key, status, COALESCE(completed_at, heartbeat_at) AS completed_at";
-        (s.active_runs,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FROM nifi_ops.load_run WHERE job_key = $1 AND status IN {ACTIVE}"
-        )))
-        .bind(job_key)
-        .fetch_one(&self.pool)
-        .await?;
-        s.active_run = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {cols} FROM nifi_ops.load_run WHERE job_key = $1 AND status IN {ACTIVE} ORDER BY started_at DESC LIMIT 1"
-        )))
-        .bind(job_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        s.last_run = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT {cols} FROM nifi_ops.load_run WHERE job_key = $1 AND status NOT IN {ACTIVE} ORDER BY COALESCE(completed_at, heartbeat_at) DESC LIMIT 1"
-        )))
-        .bind(job_key)
-        .fetch_optional(&self.pool)
-        .await?;
-        (s.succeeded, s.failed, s.cancelled) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
-            "SELECT count(*) FILTER (WHERE status = 'SUCCESS'), count(*) FILTER (WHERE status NOT IN {ACTIVE} AND status NOT IN ('SUCCESS','CANCELLED')), \
-                    count(*) FILTER (WHERE status = 'CANCELLED') \
-               FROM nifi_ops.load_run WHERE job_key = $1 AND COALESCE(completed_at, heartbeat_at) >= clock_timestamp() - interval '24 hours'"
-        )))
-        .bind(job_key)
-        .fetch_one(&self.pool)
-        .await?;
+        (s.active_runs,) = sqlx::query_as(JOB_ACTIVE_COUNT.as_str())
+            .bind(job_key)
+            .fetch_one(&self.pool)
+            .await?;
+        s.active_run = sqlx::query_as(JOB_ACTIVE_RUN.as_str())
+            .bind(job_key)
+            .fetch_optional(&self.pool)
+            .await?;
+        s.last_run = sqlx::query_as(JOB_LAST_RUN.as_str())
+            .bind(job_key)
+            .fetch_optional(&self.pool)
+            .await?;
+        (s.succeeded, s.failed, s.cancelled) = sqlx::query_as(JOB_RECENT_COUNTS.as_str())
+            .bind(job_key)
+            .fetch_one(&self.pool)
+            .await?;
         Ok(s)
     }
 
@@ -219,21 +255,18 @@ impl Ledger {
     ) -> LedgerResult<Vec<MirroredRun>> {
         Ok(match after {
             None => {
-                sqlx::query_as(mirrored_runs_sql!("TRUE", " LIMIT $1"))
+                sqlx::query_as(MIRRORED_RUNS_FIRST)
                     .bind(limit)
                     .fetch_all(&self.pool)
                     .await?
             }
             Some((started, run)) => {
-                sqlx::query_as(mirrored_runs_sql!(
-                    "(r.started_at, r.run_id) > ($2, $3)",
-                    " LIMIT $1"
-                ))
-                .bind(limit)
-                .bind(started)
-                .bind(run)
-                .fetch_all(&self.pool)
-                .await?
+                sqlx::query_as(MIRRORED_RUNS_AFTER)
+                    .bind(limit)
+                    .bind(started)
+                    .bind(run)
+                    .fetch_all(&self.pool)
+                    .await?
             }
         })
     }

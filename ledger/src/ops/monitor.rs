@@ -1,5 +1,5 @@
 //! The monitor summary and the event timeline (CONTRACT §4.20, §4.22): read-only, one snapshot.
-use super::cleanup::{DUE, JOB_CTE, bind_thresholds};
+use super::cleanup::{DUE_COUNT, JOB_CTE, bind_thresholds, min_retention};
 use crate::error::LedgerResult;
 use crate::json::{ts, ts_opt};
 use crate::store::Ledger;
@@ -8,6 +8,7 @@ use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, sqlx::FromRow)]
@@ -58,7 +59,74 @@ pub struct EventView {
 
 const ACTIVE: &str = "('CREATED','EXTRACTING','EXTRACTED_VALIDATED','STAGE_VALIDATING','STAGING_VALIDATED','PUBLISHING','PUBLISHED','PUBLISH_UNKNOWN')";
 
+/// `activeRuns` (§4.20): served by `ix_load_run_status_heartbeat`.
+pub static ACTIVE_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT status, count(*) FROM nifi_ops.load_run WHERE status IN {ACTIVE} GROUP BY status"
+    )
+});
+/// `recentRuns`: `$1` the window's start (serverTime − 24 h); served by `ix_load_run_final_end`.
+pub static RECENT_RUNS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "SELECT status, count(*) FROM nifi_ops.load_run WHERE status NOT IN {ACTIVE} \
+           AND COALESCE(completed_at, heartbeat_at) >= $1 GROUP BY status"
+    )
+});
+/// `dispatches` and `lca_dispatch_backlog`: PENDING/SENT from `ix_load_dispatch_due`, DEAD (every
+/// one, as the contract counts them) from the index-only `ix_load_dispatch_dead`.
+pub const DISPATCH_COUNTS: &str = "SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT') GROUP BY status \
+     UNION ALL SELECT 'DEAD', count(*) FROM nifi_ops.load_dispatch WHERE status = 'DEAD'";
+/// `alerts`: `$1..$7` thresholds, `$8`/`$9` the global stale thresholds, `$10` the limit, `$11` the
+/// window's start (serverTime − 24 h). Each kind is served by its own index: PUBLISH_UNKNOWN and
+/// RUN_STALE by `ix_load_run_status_heartbeat`, DISPATCH_DEAD by `ix_load_dispatch_dead_alert`
+/// (the run by its key), RUN_FAILED by `ix_load_run_final_end`, CLEANUP_FAILED by
+/// `ix_load_event_cleanup_failed`.
+pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{JOB_CTE},
+         cleanup_failed AS (
+           SELECT DISTINCT ON (e.run_id) e.run_id, e.event_time, e.message FROM nifi_ops.load_event e
+            WHERE e.event_name = 'CLEANUP_FAILED' AND e.event_time >= $11
+            ORDER BY e.run_id, e.event_time DESC, e.event_id DESC),
+         alerts AS (
+           SELECT 'PUBLISH_UNKNOWN' AS kind, 'ERROR' AS severity, r.run_id, r.job_key, r.business_key, r.status,
+                  r.heartbeat_at AS at, r.error_message AS message, NULL::uuid AS dispatch_id
+             FROM nifi_ops.load_run r WHERE r.status = 'PUBLISH_UNKNOWN'
+           UNION ALL
+           SELECT 'DISPATCH_DEAD', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, d.next_attempt_at,
+                  d.dispatch_type || ': ' || COALESCE(d.last_error, ''), d.dispatch_id
+             FROM nifi_ops.load_dispatch d
+            CROSS JOIN LATERAL (SELECT r.run_id, r.job_key, r.business_key, r.status FROM nifi_ops.load_run r
+                                 WHERE r.run_id = d.run_id AND r.status <> 'CANCELLED' LIMIT 1) r
+            WHERE d.status = 'DEAD' AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %'
+           UNION ALL
+           SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
+                  COALESCE(r.error_code, '') || ' ' || COALESCE(r.error_message, ''), NULL
+             FROM nifi_ops.load_run r
+            WHERE r.status IN ('FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION','FAILED_PUBLISH',
+                               'FAILED_TARGET_VALIDATION','FAILED_SNAPSHOT_EXPIRED','TIMED_OUT')
+              AND r.status NOT IN {ACTIVE} AND COALESCE(r.completed_at, r.heartbeat_at) >= $11
+           UNION ALL
+           SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
+             FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key
+            WHERE (r.status IN ('STAGE_VALIDATING','PUBLISHED','EXTRACTED_VALIDATED','STAGING_VALIDATED')
+                   AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.vstale_s, $9)))
+               OR (r.status IN ('CREATED','EXTRACTING')
+                   AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.stale_s, $8)))
+           UNION ALL
+           SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
+             FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)
+         SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
+          ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
+          LIMIT $10"
+    )
+});
+
 impl Ledger {
+    /// Every part reads a bounded slice of the ledger (issue 26): the active runs, the last 24 h
+    /// (from `serverTime`, passed as a parameter so that the window is an index condition), the
+    /// live outbox rows and the alert-worthy DEAD ones. Unnamed statements: each is planned with
+    /// its actual window.
     pub async fn monitor_summary(&self, alert_limit: i64) -> LedgerResult<MonitorSummary> {
         let mut tx = self.pool.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -69,82 +137,40 @@ impl Ledger {
         let (server_time,): (DateTime<Utc>,) = sqlx::query_as("SELECT clock_timestamp()")
             .fetch_one(&mut *tx)
             .await?;
-        let counts = |sql: String| sqlx::query_as::<_, (String, i64)>(sqlx::AssertSqlSafe(sql));
-        let active_runs: BTreeMap<String, i64> =
-            counts(format!("SELECT status, count(*) FROM nifi_ops.load_run WHERE status IN {ACTIVE} GROUP BY status"))
-                .fetch_all(&mut *tx)
-                .await?
-                .into_iter()
-                .collect();
-        let recent_runs: BTreeMap<String, i64> = counts(format!(
-            "SELECT status, count(*) FROM nifi_ops.load_run WHERE status NOT IN {ACTIVE} \
-               AND COALESCE(completed_at, heartbeat_at) >= clock_timestamp() - interval '24 hours' GROUP BY status"
-        ))
-        .fetch_all(&mut *tx)
-        .await?
-        .into_iter()
-        .collect();
+        let since = server_time - chrono::Duration::hours(24);
+        let counts = |sql: &'static str| sqlx::query_as::<_, (String, i64)>(sql).persistent(false);
+        let active_runs: BTreeMap<String, i64> = counts(ACTIVE_RUNS.as_str())
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let recent_runs: BTreeMap<String, i64> = counts(RECENT_RUNS.as_str())
+            .bind(since)
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
         let mut dispatches: BTreeMap<String, i64> = ["PENDING", "SENT", "DEAD"]
             .iter()
             .map(|s| (s.to_string(), 0))
             .collect();
-        for (status, n) in counts("SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT','DEAD') GROUP BY status".into())
-            .fetch_all(&mut *tx)
-            .await?
-        {
+        for (status, n) in counts(DISPATCH_COUNTS).fetch_all(&mut *tx).await? {
             dispatches.insert(status, n);
         }
-        let due_sql = format!(
-            "{JOB_CTE} SELECT count(*) FROM (SELECT 1 FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key WHERE {DUE} LIMIT $8) d"
-        );
-        let (cleanup_due,): (i64,) =
-            bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(due_sql)), t, g)
-                .bind(self.config.cleanup_max_batch)
-                .fetch_one(&mut *tx)
-                .await?;
-        let alerts_sql = format!(
-            "{JOB_CTE},
-             cleanup_failed AS (
-               SELECT DISTINCT ON (e.run_id) e.run_id, e.event_time, e.message FROM nifi_ops.load_event e
-                WHERE e.event_name = 'CLEANUP_FAILED' AND e.event_time >= clock_timestamp() - interval '24 hours'
-                ORDER BY e.run_id, e.event_time DESC, e.event_id DESC),
-             alerts AS (
-               SELECT 'PUBLISH_UNKNOWN' AS kind, 'ERROR' AS severity, r.run_id, r.job_key, r.business_key, r.status,
-                      r.heartbeat_at AS at, r.error_message AS message, NULL::uuid AS dispatch_id
-                 FROM nifi_ops.load_run r WHERE r.status = 'PUBLISH_UNKNOWN'
-               UNION ALL
-               SELECT 'DISPATCH_DEAD', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, d.next_attempt_at,
-                      d.dispatch_type || ': ' || COALESCE(d.last_error, ''), d.dispatch_id
-                 FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id
-                WHERE d.status = 'DEAD' AND r.status <> 'CANCELLED' AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %'
-               UNION ALL
-               SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
-                      COALESCE(r.error_code, '') || ' ' || COALESCE(r.error_message, ''), NULL
-                 FROM nifi_ops.load_run r
-                WHERE r.status IN ('FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION','FAILED_PUBLISH',
-                                   'FAILED_TARGET_VALIDATION','FAILED_SNAPSHOT_EXPIRED','TIMED_OUT')
-                  AND COALESCE(r.completed_at, r.heartbeat_at) >= clock_timestamp() - interval '24 hours'
-               UNION ALL
-               SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
-                 FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key
-                WHERE (r.status IN ('STAGE_VALIDATING','PUBLISHED','EXTRACTED_VALIDATED','STAGING_VALIDATED')
-                       AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.vstale_s, $9)))
-                   OR (r.status IN ('CREATED','EXTRACTING')
-                       AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.stale_s, $8)))
-               UNION ALL
-               SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
-                 FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)
-             SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
-              ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
-              LIMIT $10"
-        );
-        let mut alerts: Vec<Alert> =
-            bind_thresholds!(sqlx::query_as(sqlx::AssertSqlSafe(alerts_sql)), t, g)
-                .bind(g.stale.as_secs_f64())
-                .bind(g.validation_stale.as_secs_f64())
-                .bind(alert_limit)
-                .fetch_all(&mut *tx)
-                .await?;
+        let (cleanup_due,): (i64,) = bind_thresholds!(sqlx::query_as(DUE_COUNT.as_str()), t, g)
+            .bind(self.config.cleanup_max_batch)
+            .bind(min_retention(&t, g))
+            .persistent(false)
+            .fetch_one(&mut *tx)
+            .await?;
+        let mut alerts: Vec<Alert> = bind_thresholds!(sqlx::query_as(ALERTS.as_str()), t, g)
+            .bind(g.stale.as_secs_f64())
+            .bind(g.validation_stale.as_secs_f64())
+            .bind(alert_limit)
+            .bind(since)
+            .persistent(false)
+            .fetch_all(&mut *tx)
+            .await?;
         tx.commit().await?;
         for a in &mut alerts {
             a.message = a

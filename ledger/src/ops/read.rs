@@ -108,23 +108,36 @@ pub struct RunDetail {
     pub dispatches: Vec<DispatchView>,
 }
 
+/// `GET /v1/runs?jobKey=…` (§4.4): `$1` job, `$2` business key, `$3` status, `$4` limit; served by
+/// `ix_load_run_job_started`.
+pub const LIST_RUNS_OF_JOB: &str = "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
+        expected_partition_count, success_partition_count, failed_partition_count, started_at, heartbeat_at, \
+        completed_at, error_code FROM nifi_ops.load_run \
+  WHERE job_key = $1 AND ($2::text IS NULL OR business_key = $2) AND ($3::text IS NULL OR status = $3) \
+  ORDER BY started_at DESC, run_id LIMIT $4";
+/// `GET /v1/runs` without a jobKey: `$1` business key, `$2` status, `$3` limit; served by
+/// `ix_load_run_started`.
+pub const LIST_RUNS: &str = "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
+        expected_partition_count, success_partition_count, failed_partition_count, started_at, heartbeat_at, \
+        completed_at, error_code FROM nifi_ops.load_run \
+  WHERE ($1::text IS NULL OR business_key = $1) AND ($2::text IS NULL OR status = $2) \
+  ORDER BY started_at DESC, run_id LIMIT $3";
+
 impl Ledger {
     pub async fn list_runs(&self, f: &RunFilter) -> LedgerResult<Vec<RunSummary>> {
-        Ok(sqlx::query_as(
-            "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
-                    expected_partition_count, success_partition_count, failed_partition_count, started_at, heartbeat_at, \
-                    completed_at, error_code \
-               FROM nifi_ops.load_run \
-              WHERE ($1::text IS NULL OR job_key = $1) AND ($2::text IS NULL OR business_key = $2) \
-                AND ($3::text IS NULL OR status = $3) \
-              ORDER BY started_at DESC, run_id LIMIT $4",
-        )
-        .bind(&f.job_key)
-        .bind(&f.business_key)
-        .bind(f.status.map(|s| s.as_str()))
-        .bind(f.limit)
-        .fetch_all(&self.pool)
-        .await?)
+        // One statement per case (§4.4), each served by its index in `started_at DESC` order:
+        // an `$1 IS NULL OR job_key = $1` form cannot use either index once it is planned
+        // generically. Unnamed statements: planned with their LIMIT, never generically.
+        let q = match &f.job_key {
+            Some(job) => sqlx::query_as(LIST_RUNS_OF_JOB).bind(job.as_str()),
+            None => sqlx::query_as(LIST_RUNS),
+        };
+        Ok(q.bind(&f.business_key)
+            .bind(f.status.map(|s| s.as_str()))
+            .bind(f.limit)
+            .persistent(false)
+            .fetch_all(&self.pool)
+            .await?)
     }
 
     pub async fn run_detail(&self, run_id: Uuid) -> LedgerResult<RunDetail> {

@@ -49,6 +49,71 @@ const RULES: [&str; 6] = [
     "event_retention",
 ];
 
+/// Rule 1's candidates, `$1` the shortest `recovery.stale` of any job: EXTRACTING runs with a
+/// stale RUNNING partition. The stale partitions come from `ix_load_partition_recovery` with the
+/// bound as an index condition (`statement_timestamp()` is stable), or, per EXTRACTING run, from
+/// the run's key: either way only live partitions are read.
+pub const STALE_PARTITION_RUNS: &str = "SELECT r.run_id, r.job_key FROM nifi_ops.load_run r \
+              WHERE r.status = 'EXTRACTING' AND r.run_id IN (SELECT p.run_id FROM nifi_ops.load_partition p \
+                WHERE p.status = 'RUNNING' AND p.heartbeat_at < statement_timestamp() - make_interval(secs => $1)) \
+              ORDER BY r.started_at, r.run_id";
+
+/// Rule 1, one run (`$1`) with its job's threshold (`$2`). `(status || '')` is no index column on
+/// purpose: with statistics from a quiet hour (few RUNNING partitions) the planner would otherwise
+/// take `ix_load_partition_recovery` and filter every RUNNING partition of every run by `run_id`;
+/// this way the run's key bounds the scan.
+pub const STALE_PARTITION_DUE: &str = "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_partition WHERE run_id = $1 \
+                   AND (status || '') = 'RUNNING' AND heartbeat_at < clock_timestamp() - make_interval(secs => $2))";
+
+/// Rule 1, the stale partitions of one locked run (`$1`, threshold `$2`), by the primary key in
+/// partition order (see [`STALE_PARTITION_DUE`] for `(status || '')`).
+pub const STALE_PARTITIONS_LOCK: &str = "SELECT partition_id, attempt_count FROM nifi_ops.load_partition WHERE run_id = $1 \
+                   AND (status || '') = 'RUNNING' AND heartbeat_at < clock_timestamp() - make_interval(secs => $2) \
+                   ORDER BY partition_id FOR UPDATE";
+
+/// Rule 2's candidates, `$1` the shortest `recovery.run_timeout`: CREATED/EXTRACTING runs.
+pub const DEADLINE_RUNS: &str = "SELECT run_id, job_key FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
+               AND started_at < clock_timestamp() - make_interval(secs => $1) ORDER BY started_at, run_id";
+
+/// Rule 3's rows, `$1` the shortest `dispatch.ack_timeout`: SENT rows (from `ix_load_dispatch_due`).
+pub const UNACKED_DISPATCHES: &str = "SELECT d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key, \
+                    extract(epoch FROM clock_timestamp() - d.sent_at)::float8 AS age_s \
+               FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id \
+               LEFT JOIN nifi_ops.load_partition p ON p.run_id = d.run_id AND p.partition_id = d.partition_id \
+              WHERE d.status = 'SENT' AND d.sent_at < clock_timestamp() - make_interval(secs => $1) \
+                AND ((d.dispatch_type = 'VALIDATE_RUN' AND r.status = 'EXTRACTED_VALIDATED') \
+                  OR (d.dispatch_type = 'REISSUE_PARTITION' AND r.status = 'EXTRACTING' AND p.status = 'RETRY')) \
+              ORDER BY d.sent_at, d.dispatch_id FOR UPDATE OF d SKIP LOCKED";
+
+/// Rule 4's candidates, `$1` the shortest `recovery.validation_stale`.
+pub const STALE_ALERT_RUNS: &str = "SELECT run_id, job_key, business_key, status, heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
+               FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
+                AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id";
+
+/// Rule 4, one run (`$1`): an alert within `$2` seconds, from `ix_load_event_run_time`.
+pub const RECENT_STALE_ALERT: &str = "SELECT 1 FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT' \
+                   AND event_time > clock_timestamp() - make_interval(secs => $2) LIMIT 1";
+
+/// Rule 5's candidates, `$1` the shortest `recovery.publish_stale`.
+pub const PUBLISH_STALE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \
+              WHERE status = 'PUBLISHING' AND publish_started_at < clock_timestamp() - make_interval(secs => $1) \
+              ORDER BY publish_started_at, run_id";
+
+/// Rule 6, `$1` jobs with their own settings, `$2` their `event_retention`, `$3` the global one.
+/// Driven by the cleaned runs (`ix_load_run_cleaned_end`, partial: never the uncleaned majority),
+/// each run's old events from `ix_load_event_run_time` (the inner LIMIT keeps that a parameterized
+/// index scan: a plan that hashes every event would read all of them every tick); the bound is
+/// stable (`statement_timestamp()`), so it is an index condition. The ids go to the primary key
+/// as one array.
+pub const EVENT_RETENTION: &str = "DELETE FROM nifi_ops.load_event WHERE event_id = ANY (ARRAY( \
+       SELECT e.event_id FROM nifi_ops.load_run r \
+        CROSS JOIN LATERAL (SELECT e.event_id FROM nifi_ops.load_event e \
+                             WHERE e.run_id = r.run_id AND e.event_time < statement_timestamp() \
+                               - make_interval(secs => COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $3)) \
+                             LIMIT 10000) e \
+        WHERE r.cleaned_at IS NOT NULL \
+        ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT 10000))";
+
 /// Seconds, for `make_interval(secs => …)`.
 fn secs(d: std::time::Duration) -> f64 {
     d.as_secs_f64()
@@ -57,7 +122,7 @@ fn secs(d: std::time::Duration) -> f64 {
 impl Ledger {
     /// One tick. `None` when another sweeper holds the tick lock (nothing done).
     pub async fn sweep(&self, fence: &Fence) -> LedgerResult<Option<SweepReport>> {
-        transaction!(self, |conn| async {
+        let report = transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let (got,): (bool,) = sqlx::query_as(
                 "SELECT pg_try_advisory_xact_lock(hashtext('load_control_sweeper'))",
@@ -109,7 +174,13 @@ impl Ledger {
                 }
             }
             Ok(Some(report))
-        })
+        })?;
+        // Rule 7 (history retention) after the tick's transaction, in short ones of its own.
+        let Some(mut report) = report else {
+            return Ok(None);
+        };
+        self.history_into(fence, &mut report).await?;
+        Ok(Some(report))
     }
 
     /// Rule 1: stale RUNNING partitions of EXTRACTING runs → reissue (REISSUE mode) or time out.
@@ -121,41 +192,30 @@ impl Ledger {
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
         let min_stale = jobs.min_of(g, |t| t.stale);
-        let candidates: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT r.run_id, r.job_key FROM nifi_ops.load_run r \
-              WHERE r.status = 'EXTRACTING' AND EXISTS (SELECT 1 FROM nifi_ops.load_partition p WHERE p.run_id = r.run_id \
-                AND p.status = 'RUNNING' AND p.heartbeat_at < clock_timestamp() - make_interval(secs => $1)) \
-              ORDER BY r.started_at, r.run_id",
-        )
-        .bind(secs(min_stale))
-        .fetch_all(&mut *conn)
-        .await?;
+        let candidates: Vec<(Uuid, String)> = sqlx::query_as(STALE_PARTITION_RUNS)
+            .bind(secs(min_stale))
+            .fetch_all(&mut *conn)
+            .await?;
         for (run_id, job) in candidates {
             let t = jobs.of(&job, g);
             // The candidates were chosen by the smallest threshold of any job; a run is locked
             // (until the tick ends) only when its own job's threshold finds something to do.
-            let due: bool = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'RUNNING' \
-                   AND heartbeat_at < clock_timestamp() - make_interval(secs => $2))",
-            )
-            .bind(run_id)
-            .bind(secs(t.stale))
-            .fetch_one(&mut *conn)
-            .await?;
+            let due: bool = sqlx::query_scalar(STALE_PARTITION_DUE)
+                .bind(run_id)
+                .bind(secs(t.stale))
+                .fetch_one(&mut *conn)
+                .await?;
             if !due {
                 continue;
             }
             let Some(run) = self.try_lock_run(conn, run_id, "EXTRACTING").await? else {
                 continue;
             };
-            let stale: Vec<(String, i32)> = sqlx::query_as(
-                "SELECT partition_id, attempt_count FROM nifi_ops.load_partition WHERE run_id = $1 AND status = 'RUNNING' \
-                   AND heartbeat_at < clock_timestamp() - make_interval(secs => $2) ORDER BY partition_id FOR UPDATE",
-            )
-            .bind(run_id)
-            .bind(secs(t.stale))
-            .fetch_all(&mut *conn)
-            .await?;
+            let stale: Vec<(String, i32)> = sqlx::query_as(STALE_PARTITIONS_LOCK)
+                .bind(run_id)
+                .bind(secs(t.stale))
+                .fetch_all(&mut *conn)
+                .await?;
             if stale.is_empty() {
                 // Refreshed since the unlocked check: nothing to hold the run for.
                 self.let_go_of_run(conn).await?;
@@ -246,13 +306,10 @@ impl Ledger {
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.run_timeout);
-        let candidates: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT run_id, job_key FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
-               AND started_at < clock_timestamp() - make_interval(secs => $1) ORDER BY started_at, run_id",
-        )
-        .bind(secs(min))
-        .fetch_all(&mut *conn)
-        .await?;
+        let candidates: Vec<(Uuid, String)> = sqlx::query_as(DEADLINE_RUNS)
+            .bind(secs(min))
+            .fetch_all(&mut *conn)
+            .await?;
         for (run_id, job) in candidates {
             let t = jobs.of(&job, g);
             sqlx::query("SAVEPOINT sweeper_deadline_run")
@@ -333,19 +390,10 @@ impl Ledger {
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.ack_timeout);
-        let rows: Vec<UnackedRow> = sqlx::query_as(
-            "SELECT d.dispatch_id, d.run_id, d.dispatch_type, d.partition_id, d.attempt_count, r.job_key, \
-                    extract(epoch FROM clock_timestamp() - d.sent_at)::float8 AS age_s \
-               FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r ON r.run_id = d.run_id \
-               LEFT JOIN nifi_ops.load_partition p ON p.run_id = d.run_id AND p.partition_id = d.partition_id \
-              WHERE d.status = 'SENT' AND d.sent_at < clock_timestamp() - make_interval(secs => $1) \
-                AND ((d.dispatch_type = 'VALIDATE_RUN' AND r.status = 'EXTRACTED_VALIDATED') \
-                  OR (d.dispatch_type = 'REISSUE_PARTITION' AND r.status = 'EXTRACTING' AND p.status = 'RETRY')) \
-              ORDER BY d.sent_at, d.dispatch_id FOR UPDATE OF d SKIP LOCKED",
-        )
-        .bind(secs(min))
-        .fetch_all(&mut *conn)
-        .await?;
+        let rows: Vec<UnackedRow> = sqlx::query_as(UNACKED_DISPATCHES)
+            .bind(secs(min))
+            .fetch_all(&mut *conn)
+            .await?;
         let mut requeued: BTreeMap<Uuid, Vec<Uuid>> = BTreeMap::new();
         for UnackedRow {
             dispatch_id,
@@ -415,27 +463,21 @@ impl Ledger {
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.validation_stale);
-        let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> = sqlx::query_as(
-            "SELECT run_id, job_key, business_key, status, heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
-               FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
-                AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id",
-        )
-        .bind(secs(min))
-        .fetch_all(&mut *conn)
-        .await?;
+        let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> =
+            sqlx::query_as(STALE_ALERT_RUNS)
+                .bind(secs(min))
+                .fetch_all(&mut *conn)
+                .await?;
         for (run_id, job, bk, status, heartbeat, age) in rows {
             let window = secs(jobs.of(&job, g).validation_stale);
             if age < window {
                 continue;
             }
-            let recent: Option<(i32,)> = sqlx::query_as(
-                "SELECT 1 FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT' \
-                   AND event_time > clock_timestamp() - make_interval(secs => $2) LIMIT 1",
-            )
-            .bind(run_id)
-            .bind(window)
-            .fetch_optional(&mut *conn)
-            .await?;
+            let recent: Option<(i32,)> = sqlx::query_as(RECENT_STALE_ALERT)
+                .bind(run_id)
+                .bind(window)
+                .fetch_optional(&mut *conn)
+                .await?;
             if recent.is_some() {
                 continue;
             }
@@ -460,14 +502,10 @@ impl Ledger {
     ) -> LedgerResult<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.publish_stale);
-        let rows: Vec<(Uuid, String, f64)> = sqlx::query_as(
-            "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \
-              WHERE status = 'PUBLISHING' AND publish_started_at < clock_timestamp() - make_interval(secs => $1) \
-              ORDER BY publish_started_at, run_id",
-        )
-        .bind(secs(min))
-        .fetch_all(&mut *conn)
-        .await?;
+        let rows: Vec<(Uuid, String, f64)> = sqlx::query_as(PUBLISH_STALE_RUNS)
+            .bind(secs(min))
+            .fetch_all(&mut *conn)
+            .await?;
         for (run_id, job, age) in rows {
             let limit = jobs.of(&job, g).publish_stale;
             if age < secs(limit) {
@@ -517,20 +555,13 @@ impl Ledger {
             .iter()
             .map(|k| secs(jobs.by_job[*k].event_retention))
             .collect();
-        let deleted = sqlx::query(
-            "WITH js AS (SELECT * FROM unnest($1::text[], $2::float8[]) AS t(job_key, retention_s)) \
-             DELETE FROM nifi_ops.load_event WHERE event_id IN ( \
-               SELECT e.event_id FROM nifi_ops.load_event e JOIN nifi_ops.load_run r ON r.run_id = e.run_id \
-                 LEFT JOIN js ON js.job_key = r.job_key \
-                WHERE r.cleaned_at IS NOT NULL \
-                  AND e.event_time < clock_timestamp() - make_interval(secs => COALESCE(js.retention_s, $3)) LIMIT 10000)",
-        )
-        .bind(keys)
-        .bind(retention)
-        .bind(secs(self.config.thresholds.event_retention))
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
+        let deleted = sqlx::query(EVENT_RETENTION)
+            .bind(keys)
+            .bind(retention)
+            .bind(secs(self.config.thresholds.event_retention))
+            .execute(&mut *conn)
+            .await?
+            .rows_affected();
         c.add("events_deleted", deleted);
         Ok(())
     }

@@ -57,7 +57,7 @@ impl Receiver {
             arrived: Arc::new(Notify::new()),
         };
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/nifi/", listener.local_addr().unwrap());
+        let url = format!("http://{}/", listener.local_addr().unwrap());
         let app = axum::Router::new().fallback(receive).with_state(r.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Receiver { url, ..r }
@@ -123,7 +123,7 @@ impl Env {
         let db = TestDb::fresh().await;
         let mut config = Config::default();
         config.database.url = Some(db.url.clone());
-        config.nifi.receiver_url = Some("http://127.0.0.1:9/unused".into());
+        config.nifi.receiver_url = Some("http://127.0.0.1:9".into());
         tune(&mut config);
         let ledger = Ledger::connect(&db.url, 20, 0, config.ledger_config())
             .await
