@@ -59,7 +59,9 @@ pub enum RecoveryMode {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct NifiSpec {
-    /// PG-05 base URL for this job's dispatches.
+    /// PG-05 base URL for this job's dispatches: scheme, host and port without a path
+    /// (https://nifi.example:9443); PG-05 answers 404 under a path, so one is refused unless
+    /// the operator's nifi.receiver_path_allowed is true.
     #[schemars(regex(pattern = r"^https?://"))]
     pub receiver_url: Option<String>,
     #[schemars(range(min = 0.1, max = 3600.0))]

@@ -77,11 +77,10 @@ app.kubernetes.io/component: server
 {{- end }}
 {{- end -}}
 
+{{/* What both containers get. Credentials one of them does not use (the API tokens, the LISTEN
+     DSN, the signing key) are added to that container alone, in deployment.yaml. */}}
 {{- define "load-control.env" -}}
 {{ include "load-control.databaseEnv" . }}
-- name: LCA_AUTH__TOKENS
-  valueFrom:
-    secretKeyRef: {name: {{ .Values.auth.existingSecret | required "auth.existingSecret is required" }}, key: {{ .Values.auth.tokensKey }}}
 - name: LCA_CONFIG
   value: /etc/load-control/config.yaml
 - name: POD_NAME
@@ -126,13 +125,19 @@ seccompProfile: {type: RuntimeDefault}
      so it fails the install instead. */}}
 {{- define "load-control.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
-{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" -}}
+{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" -}}
 {{- range $key, $owner := $owned -}}
 {{- $parts := splitList "." $key -}}
 {{- $section := get $config (index $parts 0) | default dict -}}
 {{- if hasKey $section (index $parts 1) -}}
 {{- fail (printf "config.%s must not be set: the chart sets it from %s" $key $owner) -}}
 {{- end -}}
+{{- end -}}
+{{- $nifi := get $config "nifi" | default dict -}}
+{{- $receiver := get $nifi "receiver_url" | default "" | toString -}}
+{{- if and (regexMatch "^https?://[^/?#]+/[^?#]*[^/?#][^?#]*$" $receiver) (not (get $nifi "receiver_path_allowed")) -}}
+{{- $origin := regexFind "^https?://[^/?#]+" $receiver -}}
+{{- fail (printf "config.nifi.receiver_url %s has a path: NiFi's PG-05 answers only /validate/<jobKey> and /reissue/<jobKey> (404 under a prefix, and a 404 makes every dispatch DEAD at once). Set config.nifi.receiver_url=%s, or config.nifi.receiver_path_allowed=true when a proxy in front of NiFi strips the path" $receiver $origin) -}}
 {{- end -}}
 {{- $_ := set $config "server" (merge (dict "port" (int .Values.api.port)) (get $config "server" | default dict)) -}}
 {{- $_ := set $config "worker" (merge (dict "metrics_port" (int .Values.operator.metricsPort)) (get $config "worker" | default dict)) -}}

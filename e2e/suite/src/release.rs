@@ -121,7 +121,7 @@ impl Release {
     /// The same with more `--set` values (e.g. `config.recovery.sweeper_interval=2s`).
     pub fn helm_install_with(&self, verb: &str, tag: &str, sets: &[&str]) -> String {
         let receiver = format!(
-            "config.nifi.receiver_url=http://{}:{RECEIVER_PORT}/nifi-pg05",
+            "config.nifi.receiver_url=http://{}:{RECEIVER_PORT}",
             self.node.ip()
         );
         let chart = self.path("charts/load-control");
@@ -209,10 +209,11 @@ impl Release {
                 &api,
                 "--token",
                 NIFI_TOKEN,
+                // NiFi's retry schedule at the suites' scale (7.5 s of waits in all).
+                "--retry-scale",
+                &crate::nifi::api::RetrySchedule::TEST_SCALE.to_string(),
                 "--receiver-listen",
                 &receiver,
-                "--receiver-prefix",
-                "/nifi-pg05",
                 "--job",
                 job,
                 "--business-key-prefix",

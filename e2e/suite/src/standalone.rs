@@ -308,7 +308,7 @@ impl System {
                 "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
              database: {{url: \"{db_url}\", pool_size: 8{database}}}\n\
              auth: {{tokens: [{{name: sim-nifi, role: nifi, sha256: {digest}}}]}}\n\
-             nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}/pg05\", timeout_seconds: 2}}\n\
+             nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}\", timeout_seconds: 2}}\n\
              recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
              dispatch: {{lease: 5s, poll_interval: 1s, backoff_min: 1s, backoff_max: 3s, ack_timeout: 10s, max_attempts: 60}}\n\
              worker: {{metrics_port: null}}\n\
@@ -355,7 +355,8 @@ impl System {
         })
     }
 
-    /// nifi-sim (the binary at `sim`) against this system, in the background.
+    /// nifi-sim (the binary at `sim`) against this system, in the background, with NiFi's retry
+    /// schedule shrunk to the suites' scale (7.5 s of waits in all).
     pub fn simulate(&self, sim: &str, job: &str, args: &[&str]) -> tokio::process::Child {
         tokio::process::Command::new(sim)
             .args([
@@ -363,10 +364,10 @@ impl System {
                 &self.base,
                 "--token",
                 NIFI_TOKEN,
+                "--retry-scale",
+                &crate::nifi::api::RetrySchedule::TEST_SCALE.to_string(),
                 "--receiver-listen",
                 &format!("127.0.0.1:{}", self.receiver_port),
-                "--receiver-prefix",
-                "/pg05",
                 "--job",
                 job,
             ])

@@ -203,6 +203,8 @@ async fn user_story_on_a_real_node() {
             &api,
             "--token",
             e2e::release::NIFI_TOKEN,
+            "--retry-scale",
+            &e2e::nifi::api::RetrySchedule::TEST_SCALE.to_string(),
             "finish-target",
             "--run-id",
             &unknown_id,

@@ -115,7 +115,7 @@ impl Bench {
         std::fs::create_dir_all(&logs)?;
         let dispatches = Arc::new(Dispatches::default());
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let receiver = Receiver::start("127.0.0.1:0", "/pg05", Behaviour::default(), tx).await?;
+        let receiver = Receiver::start("127.0.0.1:0", "", Behaviour::default(), tx).await?;
         let sink = dispatches.clone();
         tokio::spawn(async move {
             while let Some(d) = rx.recv().await {
@@ -142,7 +142,7 @@ impl Bench {
                  database: {{url: \"{db_url}\", pool_size: {pool}}}\n\
                  auth: {{tokens: [{{name: bench-nifi, role: nifi, sha256: {nifi}}}, \
                                   {{name: bench-operator, role: operator, sha256: {operator}}}]}}\n\
-                 nifi: {{receiver_url: \"http://{receiver}/pg05\"}}\n\
+                 nifi: {{receiver_url: \"http://{receiver}\"}}\n\
                  worker: {{metrics_port: null}}\n\
                  logging: {{format: json, level: INFO}}\n",
                 pool = opts.pool_size,

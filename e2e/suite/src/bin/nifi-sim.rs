@@ -2,7 +2,7 @@
 //! JSON summary line. Exit status 1 when the contract was broken (an anomaly, a dispatch PG-05
 //! would refuse, a run that never reached a final state).
 use clap::{Parser, Subcommand};
-use e2e::nifi::api::NifiClient;
+use e2e::nifi::api::{NifiClient, RetrySchedule};
 use e2e::nifi::faults::Faults;
 use e2e::nifi::receiver::Behaviour;
 use e2e::nifi::{Plan, Simulation};
@@ -23,6 +23,20 @@ struct Cli {
     /// Bearer token with the nifi role.
     #[arg(long, env = "NIFI_SIM_TOKEN", hide_env_values = true)]
     token: String,
+    /// Retries of a call answered 5xx or not at all (the relationships' Number of Retry Attempts).
+    #[arg(long, default_value_t = RetrySchedule::NIFI.count)]
+    retries: u32,
+    /// Seconds before the first retry (the processor's Penalty Duration; NiFi's default 30).
+    /// Each next retry waits twice as long, up to --retry-max-backoff (docs/nifi.md).
+    #[arg(long, default_value_t = 30.0)]
+    retry_penalty: f64,
+    /// The longest wait before a retry, in seconds (the flows' Max Back Off Period).
+    #[arg(long, default_value_t = 60.0)]
+    retry_max_backoff: f64,
+    /// Multiplies every retry wait: 1 is NiFi's own time (30 s, 60 s ×4: 4.5 min); the test
+    /// suites pass 1/36 (7.5 s in all).
+    #[arg(long, default_value_t = 1.0)]
+    retry_scale: f64,
     #[command(subcommand)]
     command: Option<Command>,
     #[command(flatten)]
@@ -45,7 +59,10 @@ struct RunArgs {
     /// Address PG-05 listens on (load-control's nifi.receiver_url must point here).
     #[arg(long, default_value = "127.0.0.1:0")]
     receiver_listen: String,
-    /// Path prefix of the receiver URL (e.g. /nifi-pg05 for http://host:port/nifi-pg05).
+    /// Path prefix PG-05 accepts before /validate and /reissue. NiFi itself has none (its
+    /// HandleHttpRequest allows /validate/<jobKey> and /reissue/<jobKey> only), so
+    /// load-control's receiver URL is http://host:port; a prefix plays a proxy in front of NiFi
+    /// that strips it (load-control then needs nifi.receiver_path_allowed: true).
     #[arg(long, default_value = "")]
     receiver_prefix: String,
     #[arg(long, default_value = "NIFI_SIM")]
@@ -111,7 +128,25 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         a.late_report,
         a.publish_unknown,
     ));
-    let api = NifiClient::new(&cli.api, &cli.token, faults.clone())?;
+    let mut api = NifiClient::new(&cli.api, &cli.token, faults.clone())?;
+    let seconds = |name: &str, s: f64| {
+        anyhow::ensure!(
+            s.is_finite() && (0.0..=86400.0).contains(&s),
+            "--{name}: {s} is not between 0 and 86400"
+        );
+        Ok(Duration::from_secs_f64(s))
+    };
+    anyhow::ensure!(
+        cli.retry_scale.is_finite() && (0.0..=100.0).contains(&cli.retry_scale),
+        "--retry-scale: {} is not between 0 and 100",
+        cli.retry_scale
+    );
+    api.retry = RetrySchedule {
+        count: cli.retries,
+        penalty: seconds("retry-penalty", cli.retry_penalty)?,
+        max_backoff: seconds("retry-max-backoff", cli.retry_max_backoff)?,
+        scale: cli.retry_scale,
+    };
     if let Some(Command::FinishTarget { run_id }) = cli.command {
         let answer = e2e::nifi::complete_published(&api, run_id).await?;
         println!("{}", answer.body);

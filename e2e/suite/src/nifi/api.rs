@@ -1,7 +1,8 @@
 //! The HTTP side of NiFi's InvokeHTTP processors: pooled keep-alive connections, bearer token,
 //! `Content-Type: application/json` without charset, no `Accept`, an empty `User-Agent`, retries of
-//! a 5xx or a transport error up to five more times with the same body — and the faults the
-//! simulator injects: duplicate delivery and lost responses.
+//! a 5xx or a transport error up to five more times with the same body, on NiFi's schedule
+//! ([`RetrySchedule`]) — and the faults the simulator injects: duplicate delivery and lost
+//! responses.
 use crate::nifi::faults::{FaultKind, Faults};
 use reqwest::StatusCode;
 use serde_json::Value;
@@ -41,15 +42,68 @@ impl Answer {
     }
 }
 
+/// When NiFi sends a failed call again. The flows retry InvokeHTTP's `Retry` (5xx) and `Failure`
+/// (timeout, connection error) relationships five times with Back Off Mechanism "Penalize
+/// FlowFile" and Max Back Off Period 1 min; the processors keep NiFi's default Penalty Duration,
+/// 30 s. NiFi's framework then holds the FlowFile back before retry k (k = 1…5) for
+/// min(max_backoff, penalty × 2^(k−1)): 30 s, 60 s, 60 s, 60 s, 60 s, 4.5 min in all
+/// (nifi-framework-components, `StandardProcessSession.retry` and `calculateBackoffTime`, lines
+/// 426–508 at rel/nifi-2.6.0; docs/nifi.md).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RetrySchedule {
+    /// Retries after the first attempt (the relationship's Number of Retry Attempts).
+    pub count: u32,
+    /// The processor's Penalty Duration: the wait before the first retry.
+    pub penalty: Duration,
+    /// Max Back Off Period: no wait is longer.
+    pub max_backoff: Duration,
+    /// Every wait is multiplied by this: 1 is NiFi's own time; the test suites shrink it to keep
+    /// the schedule's shape while a run lasts seconds ([`RetrySchedule::TEST_SCALE`]).
+    pub scale: f64,
+}
+
+impl RetrySchedule {
+    /// The flows' settings on NiFi's clock.
+    pub const NIFI: RetrySchedule = RetrySchedule {
+        count: 5,
+        penalty: Duration::from_secs(30),
+        max_backoff: Duration::from_secs(60),
+        scale: 1.0,
+    };
+
+    /// The suites' scale: NiFi's 270 s of waits become 7.5 s (0.83 s, then 1.67 s four times),
+    /// the total the suites were tuned to (a restart or failover of a few seconds is ridden out
+    /// by the retries; a longer outage reaches PG-90's resend).
+    pub const TEST_SCALE: f64 = 1.0 / 36.0;
+
+    /// The wait before retry `k` (1-based).
+    pub fn delay(&self, k: u32) -> Duration {
+        let doubled = self
+            .penalty
+            .saturating_mul(1u32 << k.saturating_sub(1).min(30));
+        doubled.min(self.max_backoff).mul_f64(self.scale.max(0.0))
+    }
+
+    /// All the waits of a call that never gets an answer.
+    pub fn total(&self) -> Duration {
+        (1..=self.count).map(|k| self.delay(k)).sum()
+    }
+}
+
+impl Default for RetrySchedule {
+    fn default() -> Self {
+        RetrySchedule::NIFI
+    }
+}
+
 #[derive(Clone)]
 pub struct NifiClient {
     http: reqwest::Client,
     base: String,
     token: String,
     faults: Arc<Faults>,
-    /// Retries after a 5xx or a transport error (NiFi: 5).
-    pub retries: u32,
-    pub retry_pause: Duration,
+    /// Retries after a 5xx or a transport error, and the waits before them.
+    pub retry: RetrySchedule,
     /// Every attempt NiFi saw fail (5xx by status, "transport" for no answer), retried or not.
     pub failed_attempts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
 }
@@ -67,8 +121,7 @@ impl NifiClient {
             base: base.trim_end_matches('/').to_string(),
             token: token.to_string(),
             faults,
-            retries: 5,
-            retry_pause: Duration::from_millis(500),
+            retry: RetrySchedule::NIFI,
             failed_attempts: Default::default(),
         })
     }
@@ -123,8 +176,8 @@ impl NifiClient {
             // own answer; the one that lost (claimed/started false) stops, so the flow continues
             // as the winner.
             let (a, b) = tokio::join!(
-                self.send_retrying(method, path, body),
-                self.send_retrying(method, path, body)
+                self.send_retrying(method, path, body, 0),
+                self.send_retrying(method, path, body, 0)
             );
             return match (a, b) {
                 (Ok(a), Ok(b)) if !a.progressed() && b.progressed() => Ok(b),
@@ -139,22 +192,27 @@ impl NifiClient {
             && !path.ends_with("/validation/start")
             && self.faults.draw(FaultKind::LostResponse)
         {
-            // Lost response: the request is applied, its answer never arrives, NiFi retries.
+            // Lost response: the request is applied, its answer never arrives (a timeout to
+            // NiFi), and NiFi retries it after the first back-off.
             let _ = self.send_once(method, path, body).await;
+            return self.send_retrying(method, path, body, 1).await;
         }
-        self.send_retrying(method, path, body).await
+        self.send_retrying(method, path, body, 0).await
     }
 
+    /// Attempts `first..=retry.count` of a call (attempt 0 is the first send; attempt k waits
+    /// `retry.delay(k)` before it).
     async fn send_retrying(
         &self,
         method: &str,
         path: &str,
         body: Option<&Value>,
+        first: u32,
     ) -> Result<Answer, String> {
         let mut last = String::new();
-        for attempt in 0..=self.retries {
+        for attempt in first..=self.retry.count {
             if attempt > 0 {
-                tokio::time::sleep(self.retry_pause * attempt).await;
+                tokio::time::sleep(self.retry.delay(attempt)).await;
             }
             match self.send_once(method, path, body).await {
                 Ok(a) if StatusCode::from_u16(a.status).is_ok_and(|s| s.is_server_error()) => {
@@ -173,7 +231,7 @@ impl NifiClient {
                 }
             }
         }
-        Err(format!("{last} (after {} retries)", self.retries))
+        Err(format!("{last} (after {} retries)", self.retry.count))
     }
 
     fn failed(&self, what: String) {
@@ -191,5 +249,33 @@ impl NifiClient {
 
     pub async fn get(&self, path: &str) -> Result<Answer, String> {
         self.call("GET", path, None).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RetrySchedule;
+    use std::time::Duration;
+
+    /// NiFi 2.6.0's `calculateBackoffTime(retryCount, maxBackoff, penalty)` =
+    /// min(maxBackoff, 2^retryCount × penalty), retryCount being the retries already made.
+    #[test]
+    fn the_schedule_is_nifis() {
+        let s = RetrySchedule::NIFI;
+        let waits: Vec<u64> = (1..=s.count).map(|k| s.delay(k).as_secs()).collect();
+        assert_eq!(waits, [30, 60, 60, 60, 60]);
+        assert_eq!(s.total(), Duration::from_secs(270));
+        let short_penalty = RetrySchedule {
+            penalty: Duration::from_secs(5),
+            ..s
+        };
+        let waits: Vec<u64> = (1..=5).map(|k| short_penalty.delay(k).as_secs()).collect();
+        assert_eq!(waits, [5, 10, 20, 40, 60]);
+        let scaled = RetrySchedule {
+            scale: RetrySchedule::TEST_SCALE,
+            ..s
+        };
+        assert!((scaled.total().as_secs_f64() - 7.5).abs() < 0.01);
+        assert!((scaled.delay(1).as_secs_f64() - 30.0 / 36.0).abs() < 0.001);
     }
 }

@@ -128,8 +128,9 @@ impl Shared {
         self.acknowledged.lock().unwrap().push(what);
     }
 
-    /// PG-90's retry budget: a call whose NiFi retries ran out (an outage longer than about
-    /// 7.5 s) is sent again, same body, every 2 s for `plan.pg90_budget`. Every call of this API
+    /// PG-90's retry budget: a call whose NiFi retries ran out (an outage longer than the retry
+    /// schedule's waits: 4.5 min on NiFi's clock, 7.5 s at the suites' scale) is sent again, same
+    /// body, every 2 s for `plan.pg90_budget`. Every call of this API
     /// is safe to replay (docs/nifi.md). None when the budget ran out too.
     async fn resend(&self, path: &str, body: Value) -> Option<Answer> {
         self.pg90_resent.fetch_add(1, Ordering::Relaxed);

@@ -1,5 +1,6 @@
 //! PG-05, NiFi's control receiver, as strict as the real one (CONTRACT §12): POST only, the path
-//! exactly `<prefix>/validate/<jobKey>` or `<prefix>/reissue/<jobKey>` with no trailing slash,
+//! exactly `/validate/<jobKey>` or `/reissue/<jobKey>` with no trailing slash (`prefix` is empty
+//! for NiFi itself; a non-empty one plays a proxy in front of it that strips the prefix),
 //! headers named exactly `X-Run-Id` and `X-Dispatch-Id` carrying 36-character UUIDs, HTTP/1.1, and
 //! a JSON body carrying `runId`. It reads the raw request bytes, because an HTTP library would
 //! fold header names to lower case and hide exactly what NiFi is strict about.
