@@ -4,15 +4,46 @@ mod common;
 use common::*;
 use serde_json::{Value, json};
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::Barrier;
+
+/// A race test repeats its round until every ordering it claims to cover has happened at least
+/// once (and at least `MIN_ROUNDS` times in all), and fails if one has not after `MAX_ROUNDS`: a
+/// race that never went one way proves nothing about that way.
+const MIN_ROUNDS: usize = 12;
+const MAX_ROUNDS: usize = 80;
+
+/// The delay that leans round `round` of a two-sided race: none, then each side held back in turn
+/// by a growing multiple of `unit`, so both orderings get their chance on any machine.
+fn lean(round: usize, unit: Duration) -> (Duration, Duration) {
+    let margin = unit * (1 + (round / 3 % 4) as u32);
+    match round % 3 {
+        0 => (Duration::ZERO, Duration::ZERO),
+        1 => (margin, Duration::ZERO),
+        _ => (Duration::ZERO, margin),
+    }
+}
 use uuid::Uuid;
 
 /// Sends every `(path, body)` at once from its own client; the replies in the same order.
 async fn all_at_once(api: &Api, calls: Vec<(String, Value)>) -> Vec<Reply> {
+    all_at_once_skewed(
+        api,
+        calls
+            .into_iter()
+            .map(|(p, b)| (p, b, Duration::ZERO))
+            .collect(),
+    )
+    .await
+}
+
+/// As `all_at_once`, each call held back by its own delay after the common release, so a test can
+/// lean the race one way or the other and still see whichever ordering really happened.
+async fn all_at_once_skewed(api: &Api, calls: Vec<(String, Value, Duration)>) -> Vec<Reply> {
     let barrier = Arc::new(Barrier::new(calls.len()));
     let tasks: Vec<_> = calls
         .into_iter()
-        .map(|(path, body)| {
+        .map(|(path, body, delay)| {
             let barrier = barrier.clone();
             let url = format!("{}{path}", api.base);
             tokio::spawn(async move {
@@ -24,6 +55,9 @@ async fn all_at_once(api: &Api, calls: Vec<(String, Value)>) -> Vec<Reply> {
                     .await
                     .unwrap();
                 barrier.wait().await;
+                if !delay.is_zero() {
+                    tokio::time::sleep(delay).await;
+                }
                 let res = client
                     .post(url)
                     .bearer_auth(NIFI)
@@ -240,7 +274,13 @@ async fn completion_and_failure_never_both_happen() {
     let api = Api::start().await;
     let mut completed = 0;
     let mut failed = 0;
-    for round in 0..12 {
+    let mut round = 0;
+    while round < MIN_ROUNDS || completed == 0 || failed == 0 {
+        assert!(
+            round < MAX_ROUNDS,
+            "after {round} rounds the completion won {completed} times and the failure {failed}: \
+             one ordering never happened"
+        );
         let run = api
             .extracting_run("JOB", &format!("C{round}"), &[4, 4])
             .await;
@@ -249,17 +289,20 @@ async fn completion_and_failure_never_both_happen() {
         api.claim(run, "0001", t1).await;
         api.chunk(run, "0001", t1, 0, 1, 4).await;
         // The last chunk of 0000 (completes the run) against a failure report for the same partition.
+        let (chunk_delay, fail_delay) = lean(round, Duration::from_micros(400));
         let calls = vec![
             (
                 format!("/v1/runs/{run}/partitions/0000/chunks"),
                 chunk_body(run, "0000", t0, 0, 1, 4),
+                chunk_delay,
             ),
             (
                 format!("/v1/runs/{run}/partitions/0000/fail"),
                 json!({"claimToken": t0, "errorStage":"EXTRACT","errorClass":"DB","errorCode":"ORA-1"}),
+                fail_delay,
             ),
         ];
-        let r = all_at_once(&api, calls).await;
+        let r = all_at_once_skewed(&api, calls).await;
         let validations = api
             .count(
                 "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1",
@@ -285,8 +328,86 @@ async fn completion_and_failure_never_both_happen() {
             }
             other => panic!("unexpected run status {other}"),
         }
+        round += 1;
     }
     eprintln!("completion won {completed} times, failure {failed} times");
+}
+
+/// §11 #8 as the contract states it: the success of one partition racing the failure of another
+/// (different rows, so no partition lock orders them; only the run row does). Whichever commits
+/// first, the run fails once, no VALIDATE_RUN is written and its counters stay consistent; the
+/// succeeded partition keeps SUCCESS when it won, and is ABORTED by the failure when it lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn success_of_one_partition_racing_failure_of_another_fails_the_run_once() {
+    let api = Api::start().await;
+    let (mut success_first, mut failure_first) = (0, 0);
+    let mut round = 0;
+    while round < MIN_ROUNDS || success_first == 0 || failure_first == 0 {
+        assert!(
+            round < MAX_ROUNDS,
+            "after {round} rounds the success came first {success_first} times and the failure \
+             {failure_first}: one ordering never happened"
+        );
+        let run = api
+            .extracting_run("JOB", &format!("S{round}"), &[4, 4])
+            .await;
+        let (t0, t1) = (Uuid::new_v4(), Uuid::new_v4());
+        api.claim(run, "0000", t0).await;
+        api.claim(run, "0001", t1).await;
+        let (chunk_delay, fail_delay) = lean(round, Duration::from_micros(400));
+        let calls = vec![
+            (
+                format!("/v1/runs/{run}/partitions/0000/chunks"),
+                chunk_body(run, "0000", t0, 0, 1, 4),
+                chunk_delay,
+            ),
+            (
+                format!("/v1/runs/{run}/partitions/0001/fail"),
+                json!({"claimToken": t1, "errorStage":"EXTRACT","errorClass":"DB","errorCode":"ORA-1"}),
+                fail_delay,
+            ),
+        ];
+        let r = all_at_once_skewed(&api, calls).await;
+        assert_eq!(api.run_status(run).await, "FAILED_EXTRACT", "round {round}");
+        assert_eq!(r[1].status, 200, "round {round}: {:?}", r[1].body);
+        assert_eq!(r[1].body["changed"], true, "round {round}: {:?}", r[1].body);
+        assert_ne!(
+            r[0].body["validationScheduled"], true,
+            "round {round}: a run with a failed partition never completes: {:?}",
+            r[0].body
+        );
+        let dispatches = api
+            .count(
+                "SELECT count(*) FROM nifi_ops.load_dispatch WHERE run_id = $1",
+                run,
+            )
+            .await;
+        assert_eq!(dispatches, 0, "round {round}: no VALIDATE_RUN");
+        let unfinished = api.count("SELECT count(*) FROM nifi_ops.load_partition WHERE run_id = $1 AND status IN ('PENDING','RUNNING','RETRY')", run).await;
+        assert_eq!(unfinished, 0, "round {round}: nothing left running");
+        let counters_agree = api.count("SELECT count(*) FROM nifi_ops.load_run r WHERE run_id = $1 AND extracted_count = 0 AND success_partition_count = (SELECT count(*) FROM nifi_ops.load_partition p WHERE p.run_id = r.run_id AND p.status = 'SUCCESS')", run).await;
+        assert_eq!(
+            counters_agree, 1,
+            "round {round}: counters agree with the rows"
+        );
+        let (status,): (String,) = sqlx::query_as(
+            "SELECT status FROM nifi_ops.load_partition WHERE run_id = $1 AND partition_id = '0000'",
+        )
+        .bind(run)
+        .fetch_one(&mut api.conn().await)
+        .await
+        .unwrap();
+        match status.as_str() {
+            "SUCCESS" => {
+                success_first += 1;
+                assert_eq!(r[0].status, 200, "round {round}: {:?}", r[0].body);
+            }
+            "ABORTED" => failure_first += 1,
+            other => panic!("round {round}: partition 0000 is {other}"),
+        }
+        round += 1;
+    }
+    eprintln!("success first {success_first} times, failure first {failure_first} times");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -474,7 +595,16 @@ async fn concurrent_resolutions_change_the_run_once() {
 async fn cancel_racing_the_last_chunks_ends_in_one_consistent_state() {
     let api = Api::start().await;
     let (mut cancelled, mut completed) = (0, 0);
-    for round in 0..8 {
+    let mut round = 0;
+    while round < MIN_ROUNDS || cancelled == 0 || completed == 0 {
+        assert!(
+            round < MAX_ROUNDS,
+            "after {round} rounds the cancel came first {cancelled} times and the completion \
+             {completed}: one ordering never happened"
+        );
+        // Four chunk reports (each its own handshake) against one cancel: the chunks need a wider
+        // margin to finish first.
+        let (chunk_delay, cancel_delay) = lean(round, Duration::from_millis(5));
         let run = api
             .extracting_run("JOB", &format!("X{round}"), &[2, 2, 2, 2])
             .await;
@@ -490,9 +620,13 @@ async fn cancel_racing_the_last_chunks_ends_in_one_consistent_state() {
                 format!("{}/v1/runs/{run}/partitions/{}/chunks", api.base, pid(i)),
                 chunk_body(run, &pid(i), *t, 0, 1, 2),
             );
+            let healthz = format!("{}/healthz", api.base);
             tasks.push(tokio::spawn(async move {
                 let client = reqwest::Client::new();
+                // Warm the connection so the barrier releases requests, not TCP handshakes.
+                client.get(healthz).send().await.unwrap();
                 barrier.wait().await;
+                tokio::time::sleep(chunk_delay).await;
                 client
                     .post(url)
                     .bearer_auth(NIFI)
@@ -509,9 +643,12 @@ async fn cancel_racing_the_last_chunks_ends_in_one_consistent_state() {
                 barrier.clone(),
                 format!("{}/v1/runs/{run}/cancel", api.base),
             );
+            let healthz = format!("{}/healthz", api.base);
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
+                client.get(healthz).send().await.unwrap();
                 barrier.wait().await;
+                tokio::time::sleep(cancel_delay).await;
                 client
                     .post(url)
                     .bearer_auth(OPERATOR)
@@ -550,6 +687,7 @@ async fn cancel_racing_the_last_chunks_ends_in_one_consistent_state() {
         } else {
             cancelled += 1;
         }
+        round += 1;
     }
     eprintln!("cancel first {cancelled} times, completion first {completed} times");
 }
