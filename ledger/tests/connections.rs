@@ -91,7 +91,10 @@ async fn a_read_only_server_is_not_ready_and_not_kept_in_the_pool() {
     while let Err(e) = ledger.write_check().await {
         assert!(e.to_string().contains("read-only"), "{e}");
         refusals += 1;
-        assert!(refusals <= 2, "still not ready after {refusals} refusals: {e}");
+        assert!(
+            refusals <= 2,
+            "still not ready after {refusals} refusals: {e}"
+        );
     }
     loop {
         match ledger.create_run(&new_run("after")).await {
@@ -99,7 +102,10 @@ async fn a_read_only_server_is_not_ready_and_not_kept_in_the_pool() {
             Err(e) => {
                 assert!(is_read_only(&e), "{e:?}");
                 refusals += 1;
-                assert!(refusals <= 2, "still refused after {refusals} refusals: {e:?}");
+                assert!(
+                    refusals <= 2,
+                    "still refused after {refusals} refusals: {e:?}"
+                );
             }
         }
     }
