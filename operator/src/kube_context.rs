@@ -170,8 +170,12 @@ pub(crate) fn leadership_won(
     })
 }
 
+/// A Kubernetes Event on `lr`, written only while `fence` still leads (an Event is a Kubernetes
+/// write like the others: a deposed or stalled leader writes none). Best effort: a failure is
+/// logged, never retried.
 pub(crate) async fn publish(
     ctx: &Context,
+    fence: &Fence,
     lr: &LoadRun,
     type_: EventType,
     reason: &str,
@@ -185,6 +189,10 @@ pub(crate) async fn publish(
         action: action.into(),
         secondary: None,
     };
+    if ctx.still_leads(fence).is_err() {
+        tracing::debug!(event = "kube_event_skipped", reason = %ev.reason, "not leading: Event not written");
+        return;
+    }
     if let Err(e) = ctx.recorder.publish(&ev, &lr.object_ref(&())).await {
         tracing::warn!(event = "kube_event_error", error = %e, "publishing a Kubernetes Event failed");
     }

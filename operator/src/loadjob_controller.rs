@@ -150,9 +150,8 @@ async fn reconcile_job(guarded: Arc<GuardedJob>, ctx: Arc<Context>) -> Result<Ac
 
 /// A Warning Event on a LoadJob that cannot be read, once per change of it (leader only).
 async fn report_unreadable(ctx: &Context, invalid: &InvalidObject) {
-    if ctx.fence.borrow().is_none() {
-        return;
-    }
+    let current = ctx.fence.borrow().clone();
+    let Some(fence) = current else { return };
     let meta = &invalid.metadata;
     tracing::warn!(event = "loadjob_unreadable", namespace = ?meta.namespace, name = ?meta.name,
         error = %invalid.error, "a LoadJob cannot be read; it is skipped until it changes");
@@ -175,6 +174,10 @@ async fn report_unreadable(ctx: &Context, invalid: &InvalidObject) {
         action: "Reconcile".into(),
         secondary: None,
     };
+    // Checked last, right before the write: a Kubernetes write like the others.
+    if ctx.still_leads(&fence).is_err() {
+        return;
+    }
     if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
         tracing::warn!(event = "kube_event_error", error = %e, "publishing a Kubernetes Event failed");
     }
@@ -187,11 +190,16 @@ async fn reconcile_job_once(job: Arc<LoadJob>, ctx: &Arc<Context>) -> Result<Act
     };
     let api: Api<LoadJob> =
         Api::namespaced(ctx.client.clone(), &job.namespace().unwrap_or_default());
+    // `finalizer` adds our finalizer (a patch) before the first Apply and removes it after
+    // Cleanup: both are Kubernetes writes, fenced like the status writes. A stalled leader adds
+    // none, and keeps the finalizer when it could not check that the ledger row was marked.
+    ctx.still_leads(&fence)?;
     let result = finalizer(&api, FINALIZER, job, |event| async {
         match event {
             Finalizer::Apply(job) => apply_job(&job, ctx, &fence).await,
             Finalizer::Cleanup(job) => {
                 ctx.ledger.remove_job(&fence, &job.spec.job_key, &source_of(&job)).await?;
+                ctx.still_leads(&fence)?;
                 tracing::info!(event = "job_removed", job_key = %job.spec.job_key, "LoadJob deleted; its ledger row is marked removed");
                 Ok(Action::await_change())
             }

@@ -66,7 +66,7 @@ pub(crate) async fn act_on_requests(
             .cancel_run(run.run_id, &cancel.reason, &actor, Some(fence))
             .await?;
         let note = format!("cancelled by {}: {}", actor.name, cancel.reason);
-        return Ok(carried_out(ctx, lr, out.changed, "Cancelled", note, "Cancel").await);
+        return Ok(carried_out(ctx, fence, lr, out.changed, "Cancelled", note, "Cancel").await);
     }
     if let Some(res) = &lr.spec.resolution
         && phase == Some(RunStatus::PublishUnknown)
@@ -80,7 +80,7 @@ pub(crate) async fn act_on_requests(
             .resolve_publish_unknown(run.run_id, outcome, &res.reason, &actor, Some(fence))
             .await?;
         let note = format!("resolved as {outcome} by {}: {}", actor.name, res.reason);
-        return Ok(carried_out(ctx, lr, out.changed, "Resolved", note, "Resolve").await);
+        return Ok(carried_out(ctx, fence, lr, out.changed, "Resolved", note, "Resolve").await);
     }
     Ok(false)
 }
@@ -88,6 +88,7 @@ pub(crate) async fn act_on_requests(
 /// A Normal Event on the LoadRun when its request changed the run; whether it did.
 async fn carried_out(
     ctx: &Context,
+    fence: &Fence,
     lr: &LoadRun,
     changed: bool,
     reason: &str,
@@ -95,7 +96,7 @@ async fn carried_out(
     action: &str,
 ) -> bool {
     if changed {
-        publish(ctx, lr, EventType::Normal, reason, note, action).await;
+        publish(ctx, fence, lr, EventType::Normal, reason, note, action).await;
     }
     changed
 }

@@ -241,13 +241,26 @@ impl Operator {
                 ))
             }),
         );
+        let (queue, shutdown) = (ctx.mirror_queue.clone(), op.shutdown.subscribe());
+        op.supervise(
+            "loadrun_listen",
+            Box::new(move || {
+                let (queue, listen, mut shutdown) =
+                    (queue.clone(), listen.clone(), shutdown.clone());
+                Box::pin(async move {
+                    tokio::select! {
+                        _ = crate::loadrun_mirror::listen_for_runs(queue, listen) => {}
+                        _ = shutdown.wait_for(|s| *s) => {}
+                    }
+                })
+            }),
+        );
         let shutdown = op.shutdown.subscribe();
         op.supervise(
             "loadrun_mirror",
             Box::new(move || {
                 Box::pin(crate::loadrun_mirror::run_mirror(
                     ctx.clone(),
-                    listen.clone(),
                     Duration::from_secs(30),
                     shutdown.clone(),
                 ))
@@ -255,13 +268,25 @@ impl Operator {
         );
         // Diagnosis only: reports (log, metric, /healthz) whether the kinds are served and
         // readable, and never stops anything; the watches wait out the same conditions.
-        let (health, mut shutdown) = (op.health.clone(), op.shutdown.subscribe());
-        op.workers.push(tokio::spawn(async move {
-            tokio::select! {
-                _ = crate::scope::watch_access(client, options.scope, health) => {}
-                _ = shutdown.wait_for(|s| *s) => {}
-            }
-        }));
+        // Supervised like the others: a panic here would otherwise leave a stale diagnosis.
+        let (health, shutdown) = (op.health.clone(), op.shutdown.subscribe());
+        op.supervise(
+            "access_watch",
+            Box::new(move || {
+                let (client, scope, health, mut shutdown) = (
+                    client.clone(),
+                    options.scope.clone(),
+                    health.clone(),
+                    shutdown.clone(),
+                );
+                Box::pin(async move {
+                    tokio::select! {
+                        _ = crate::scope::watch_access(client, scope, health) => {}
+                        _ = shutdown.wait_for(|s| *s) => {}
+                    }
+                })
+            }),
+        );
         Ok(op)
     }
 

@@ -2134,3 +2134,52 @@ async fn orphaned_jobs_are_removed_and_short_retention_recreates_nothing() {
     );
     op.stop().await.unwrap();
 }
+
+/// Every long-lived task of the Kubernetes side is supervised: the LISTEN that wakes the mirror,
+/// the mirror itself (whose watches end it when they die) and the access diagnosis are each ended
+/// as a crash would end them, restarted, counted in `/healthz`, and the mirror still follows the
+/// ledger afterwards (a run created after the crashes shows as a LoadRun).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn crashed_kubernetes_tasks_are_restarted_and_the_mirror_follows_the_ledger() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: sup}\nspec: {jobKey: SUP}\n");
+    eventually("load_job row", Duration::from_secs(20), || c.job_row("SUP")).await;
+    let tasks = ["loadrun_listen", "loadrun_mirror", "access_watch"];
+    for task in tasks {
+        // A supervised task may be between two runs for a moment; it is running most of the time.
+        eventually(
+            &format!("{task} crashed"),
+            Duration::from_secs(10),
+            || async { op.crash_task(task).then_some(()) },
+        )
+        .await;
+    }
+    for task in tasks {
+        eventually(
+            &format!("{task} restarted"),
+            Duration::from_secs(20),
+            || async {
+                let (_, body) = op.health.report();
+                (body["tasks"][task]["restarts"] == 1).then_some(())
+            },
+        )
+        .await;
+    }
+    let (alive, body) = op.health.report();
+    assert!(alive, "one restart each is no crash loop: {body}");
+    let (_, created) = c.post("/v1/runs", json!({"jobKey": "SUP", "businessKey": "2026-10-01", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    let run: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+    c.wait_phase(run, "CREATED").await;
+    let metrics = op.metrics.render();
+    for task in tasks {
+        assert!(
+            metrics.contains(&format!("lca_task_restarts_total{{task=\"{task}\"}} 1")),
+            "{task}: {metrics}"
+        );
+    }
+    op.stop().await.unwrap();
+}

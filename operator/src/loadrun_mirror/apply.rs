@@ -201,6 +201,7 @@ async fn mirror_run(
     if newly_refused && let Some(why) = &refusal {
         publish(
             ctx,
+            fence,
             &existing,
             EventType::Warning,
             "RequestRefused",
@@ -210,7 +211,7 @@ async fn mirror_run(
         .await;
     }
     if let Some((type_, reason, note)) = phase_event(known.map(|k| k.phase.as_str()), run) {
-        publish(ctx, &existing, type_, reason, note, "Mirror").await;
+        publish(ctx, fence, &existing, type_, reason, note, "Mirror").await;
     }
     let phase_changed = known.is_none_or(|k| k.phase != run.status);
     if run.d_dead_alerting > previous.map_or(0, |p| p.dispatches.dead)
@@ -218,6 +219,7 @@ async fn mirror_run(
     {
         publish(
             ctx,
+            fence,
             &existing,
             EventType::Warning,
             "DispatchDead",

@@ -19,7 +19,7 @@ mod status;
 mod store;
 
 pub use apply::mirror_retry_delay;
-pub use queue::MirrorQueue;
+pub use queue::{MirrorQueue, listen_for_runs};
 pub use retention::{past_retention, run_past_retention};
 pub use status::{phase_event, run_status};
 pub use store::{Applied, asks_for_action, compact, newest_known};
@@ -37,18 +37,17 @@ struct Mirror {
     applied: std::sync::Mutex<HashMap<Uuid, Applied>>,
 }
 
-/// Loop 2: ledger → LoadRuns (LISTEN `load_run` names the changed run; LoadRun and LoadJob
-/// watches feed reflector stores; a periodic full resync), and LoadRun requests → ledger.
-pub async fn run_mirror(
-    ctx: Arc<Context>,
-    listen_url: String,
-    resync: Duration,
-    mut shutdown: watch::Receiver<bool>,
-) {
+/// Loop 2: ledger → LoadRuns (`listen_for_runs` names the changed run; LoadRun and LoadJob
+/// watches feed reflector stores; a periodic full resync), and LoadRun requests → ledger. The
+/// watches and wakers it starts live only as long as it does: when one of them ends (only a panic
+/// ends them) the mirror ends too, so that its supervisor restarts the whole of it, counts the
+/// restart and reports it in `/healthz`, rather than mirroring on from a store that no longer
+/// changes.
+pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch::Receiver<bool>) {
     let queue = ctx.mirror_queue.clone();
     // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts them all.
     let mut wakers = tokio::task::JoinSet::new();
-    queue::spawn_wakers(&queue, listen_url, ctx.fence.clone(), &mut wakers);
+    queue::spawn_wakers(&queue, ctx.fence.clone(), &mut wakers);
     let stores = store::spawn_watches(&ctx, &queue, &mut wakers);
     // Until each store has listed once, a LoadRun missing from it may exist.
     let ready = async {
@@ -62,6 +61,7 @@ pub async fn run_mirror(
     tokio::select! {
         _ = ready => {}
         _ = shutdown.changed() => return,
+        Some(ended) = wakers.join_next() => return subtask_ended(ended),
     }
     let mirror = Mirror {
         stores,
@@ -74,6 +74,7 @@ pub async fn run_mirror(
             _ = shutdown.changed() => break,
             _ = tick.tick() => true,
             _ = queue.wake.notified() => false,
+            Some(ended) = wakers.join_next() => return subtask_ended(ended),
         };
         let current = ctx.fence.borrow().clone();
         let Some(fence) = current else { continue };
@@ -115,6 +116,17 @@ pub async fn run_mirror(
         }
     }
     wakers.abort_all();
+}
+
+/// A watch or waker of the mirror ended: says why; the mirror then ends (dropping the others).
+fn subtask_ended(ended: Result<(), tokio::task::JoinError>) {
+    let why = match ended {
+        Ok(()) => "ended".to_string(),
+        Err(e) if e.is_panic() => format!("panicked: {e}"),
+        Err(e) => format!("was stopped: {e}"),
+    };
+    tracing::error!(event = "loadrun_mirror_subtask_failed", error = %why,
+        "a watch or waker of the LoadRun mirror stopped; restarting the mirror");
 }
 
 /// Runs a full pass reads at a time.

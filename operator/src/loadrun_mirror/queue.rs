@@ -37,35 +37,33 @@ impl MirrorQueue {
     }
 }
 
-/// Starts what wakes the mirror besides the watches: LISTEN `load_run` (reconnected; a
-/// reconnect asks for everything, since changes made meanwhile were not heard) and leadership
-/// won. They belong to `wakers`: dropping it stops them.
+/// LISTEN `load_run` for the mirror (reconnected; a reconnect asks for everything, since changes
+/// made while nobody listened were not heard). Runs until aborted: its own supervised task, so a
+/// panic here is restarted and counted instead of leaving the mirror deaf until the next resync.
+pub async fn listen_for_runs(queue: Arc<MirrorQueue>, listen_url: String) {
+    loop {
+        if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
+            && l.listen("load_run").await.is_ok()
+        {
+            queue.everything();
+            while let Ok(Some(n)) = l.try_recv().await {
+                match Uuid::parse_str(n.payload()) {
+                    Ok(id) => queue.run(id),
+                    Err(_) => queue.everything(),
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+}
+
+/// Starts what wakes the mirror besides the watches and the LISTEN: leadership won. It belongs to
+/// `wakers`: dropping it stops it.
 pub(super) fn spawn_wakers(
     queue: &Arc<MirrorQueue>,
-    listen_url: String,
     fence: watch::Receiver<Option<Fence>>,
     wakers: &mut tokio::task::JoinSet<()>,
 ) {
-    {
-        let queue = queue.clone();
-        wakers.spawn(async move {
-            loop {
-                if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
-                    && l.listen("load_run").await.is_ok()
-                {
-                    // Changes made while nobody listened are found by a full pass.
-                    queue.everything();
-                    while let Ok(Some(n)) = l.try_recv().await {
-                        match Uuid::parse_str(n.payload()) {
-                            Ok(id) => queue.run(id),
-                            Err(_) => queue.everything(),
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_secs(5)).await;
-            }
-        });
-    }
     {
         // Winning leadership is a reason to look at everything (mirror and retention).
         let (queue, mut fence) = (queue.clone(), fence);
