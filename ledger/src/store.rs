@@ -222,9 +222,13 @@ macro_rules! transaction {
     ($ledger:expr, |$conn:ident| $body:expr) => {{
         let ledger: &$crate::store::Ledger = $ledger;
         let mut attempt: u32 = 0;
-        match ledger.admit_write().await {
-        Err(e) => Err(e),
-        Ok(()) => loop {
+        loop {
+            // Nothing is begun by a binary that does not run on the schema (`crate::schema`).
+            if attempt == 0
+                && let Err(e) = ledger.admit_write().await
+            {
+                break Err(e);
+            }
             attempt += 1;
             let outcome: $crate::error::LedgerResult<_> = async {
                 let mut tx = ledger.pool.begin().await?;
@@ -248,7 +252,6 @@ macro_rules! transaction {
                 }
                 ok => break ok,
             }
-        },
         }
     }};
 }
