@@ -195,6 +195,13 @@ impl From<LedgerError> for ApiError {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
                     .with_message("database error, retry later")
             }
+            e @ L::SchemaUnsupported(_) => {
+                // Readiness fails too, so the Service sends nothing here for long: the request
+                // that raced the probe is told to retry (and the log says why).
+                tracing::error!(event = "schema_unsupported", error = %e, "write refused: this binary does not run on the database's schema version");
+                ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
+                    .with_message("database error, retry later")
+            }
             e @ (L::Escalate | L::Corrupt(_) | L::Fenced { .. }) => {
                 tracing::error!(event = "internal_error", error = %e, "internal error");
                 ApiError::internal()

@@ -207,10 +207,15 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 &lcconfig::redact::Secrets::of_config(&config),
             )
             .map_err(anyhow::Error::msg)?;
-            ledger::migrate::run_migrations(&config.migration_url())
+            let version = ledger::migrate::run_migrations(&config.migration_url())
                 .await
                 .context("applying migrations")?;
-            tracing::info!(event = "migrations_applied", "ledger schema is up to date");
+            tracing::info!(
+                event = "migrations_applied",
+                schema_version = version,
+                binary_schema_version = ledger::SCHEMA_VERSION,
+                "ledger schema is up to date"
+            );
             Ok(())
         }
         Command::Serve {

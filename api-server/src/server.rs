@@ -34,6 +34,11 @@ pub async fn serve(
         );
     }
     let tls = crate::tls::server_config(&config.server)?;
+    // Whether this binary runs on the ledger's schema, said at once (readiness keeps checking).
+    tokio::spawn({
+        let ledger = ledger.clone();
+        async move { ledger.log_schema_at_start(Duration::from_secs(10)).await }
+    });
     let limits = crate::edge::EdgeLimits::of(&config.server);
     let state = AppState::new(config, ledger);
     let stats = state.0.edge.clone();

@@ -878,3 +878,83 @@ async fn no_secret_reaches_any_log_output() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Issue 27 item 1: against a ledger whose schema version is newer than this binary supports, the
+/// server starts but is never ready, refuses writes with a 503 and writes nothing; the log (at
+/// start and at each probe) and `migrate` name both versions and what to do.
+#[tokio::test]
+async fn a_schema_newer_than_supported_is_not_served_and_said_so() {
+    let db = TestDb::fresh().await;
+    let newer = *ledger::SUPPORTED_SCHEMA.end() + 1;
+    let mut conn = db.conn().await;
+    sqlx::query("UPDATE nifi_ops.schema_version SET version = $1")
+        .bind(newer)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let token = "schema-test-token";
+    let (server, base) = serve_ready(&db, token, "logging:\n  format: text\n", &[]).await;
+    let client = reqwest::Client::new();
+    let ready = client.get(format!("{base}/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    assert_eq!(
+        ready.json::<serde_json::Value>().await.unwrap(),
+        serde_json::json!({"status": "unavailable"}),
+        "the body is the contract's (§4.23): the cause is logged"
+    );
+    let created = client
+        .post(format!("{base}/v1/runs"))
+        .bearer_auth(token)
+        .json(&serde_json::json!({"jobKey": "J", "businessKey": "b", "hdfsRoot": "/data", "stageTablePrefix": "tmp_"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 503);
+    let body: serde_json::Value = created.json().await.unwrap();
+    assert_eq!(body["code"], "DATABASE_UNAVAILABLE", "{body}");
+    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(runs, 0, "nothing was written");
+
+    let path = config_file(
+        &std::env::temp_dir(),
+        &format!("database:\n  url: {}\nlogging:\n  format: text\n", db.url),
+    );
+    let migrate = Command::new(BIN)
+        .args(["--config", path.to_str().unwrap(), "migrate"])
+        .output()
+        .unwrap();
+    assert!(!migrate.status.success(), "migrate refuses a newer schema");
+    let said = String::from_utf8_lossy(&migrate.stderr);
+    let why = format!(
+        "database schema version {newer} is newer than this binary (load-control {}) supports (≤{})",
+        env!("CARGO_PKG_VERSION"),
+        newer - 1
+    );
+    assert!(
+        said.contains(&why) && said.contains("roll forward"),
+        "{said}"
+    );
+
+    send_sigterm(server.id());
+    let out = server.wait_with_output().unwrap();
+    let logs = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // At start, at each probe, and for the refused write.
+    for (event, what) in [
+        ("schema_unsupported", "not ready, and it writes nothing"),
+        ("readyz_failed", "readiness check failed"),
+        ("schema_unsupported", "write refused"),
+    ] {
+        assert!(
+            logs.lines()
+                .any(|l| l.contains(event) && l.contains(what) && l.contains(&why)),
+            "{event} ({what}) names both versions:\n{logs}"
+        );
+    }
+}

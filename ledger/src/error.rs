@@ -70,6 +70,10 @@ pub enum LedgerError {
     /// The server cannot take writes now (a standby, read-only): found by the readiness check.
     #[error("the database cannot take writes: it {0}")]
     Unwritable(String),
+    /// This binary does not run on the database's schema version: it writes nothing, and its
+    /// readiness fails (`crate::schema`). The message names both versions and what to do.
+    #[error("{0}")]
+    SchemaUnsupported(crate::schema::SchemaMismatch),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }

@@ -11,6 +11,7 @@ pub mod judge;
 pub mod manifest;
 pub mod migrate;
 pub mod ops;
+pub mod schema;
 pub mod settings;
 pub mod status;
 pub mod store;
@@ -40,5 +41,6 @@ pub use ops::validation::{
     MetricItem, MetricStage, MetricView, MetricsRecorded, StageVerdict, StartOutcome,
     SuccessVerdict,
 };
+pub use schema::{SCHEMA_VERSION, SUPPORTED_SCHEMA, SchemaMismatch};
 pub use status::{DispatchStatus, DispatchType, PartitionStatus, RunStatus};
 pub use store::{Ledger, LedgerConfig, LockWaitObserver};

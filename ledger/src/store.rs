@@ -53,6 +53,8 @@ pub struct Ledger {
     pub(crate) config: LedgerConfig,
     pub(crate) lock_wait: Option<std::sync::Arc<dyn LockWaitObserver>>,
     pub(crate) retirement: Retirement,
+    /// The last reading of the schema version (`crate::schema`).
+    pub(crate) schema: crate::schema::SchemaGate,
 }
 
 impl Ledger {
@@ -66,6 +68,7 @@ impl Ledger {
             config,
             lock_wait: None,
             retirement,
+            schema: Default::default(),
         }
     }
 
@@ -154,7 +157,11 @@ impl Ledger {
     /// on a read-only server or one in recovery. Writes no row: the record is a transactional
     /// logical-decoding message (a transaction id alone writes no WAL, and PostgreSQL does not
     /// make such a commit wait for a standby). The caller bounds it in time.
+    ///
+    /// First of all, the database's schema version is read and judged (`crate::schema`): a binary
+    /// that does not run on it is not ready, whatever the server.
     pub async fn write_check(&self) -> LedgerResult<()> {
+        self.check_schema().await?;
         let outcome: LedgerResult<()> = async {
             let mut tx = self.pool.begin().await?;
             if let Some(why) = server_takes_writes(&mut tx).await? {
@@ -209,12 +216,19 @@ async fn server_takes_writes(conn: &mut PgConnection) -> Result<Option<String>, 
 
 /// Runs `$body` (an expression using `$conn: &mut PgConnection`) in one READ COMMITTED transaction:
 /// commit on `Ok`, roll back on `Err`, and re-run the whole body on a deadlock or serialization
-/// failure, up to `tx_attempts` attempts (50 ms, 100 ms, … between them).
+/// failure, up to `tx_attempts` attempts (50 ms, 100 ms, … between them). Nothing is begun when
+/// this binary does not run on the database's schema version (`SchemaUnsupported`).
 macro_rules! transaction {
     ($ledger:expr, |$conn:ident| $body:expr) => {{
         let ledger: &$crate::store::Ledger = $ledger;
         let mut attempt: u32 = 0;
         loop {
+            // Nothing is begun by a binary that does not run on the schema (`crate::schema`).
+            if attempt == 0
+                && let Err(e) = ledger.admit_write().await
+            {
+                break Err(e);
+            }
             attempt += 1;
             let outcome: $crate::error::LedgerResult<_> = async {
                 let mut tx = ledger.pool.begin().await?;

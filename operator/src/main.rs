@@ -173,6 +173,16 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         config.ledger_config(),
     )
     .context("the database URL")?;
+    // Whether this binary runs on the ledger's schema, said at once; until it does, readiness
+    // fails and no leader write (the epoch first) is made.
+    tokio::spawn({
+        let ledger = ledger.clone();
+        async move {
+            ledger
+                .log_schema_at_start(std::time::Duration::from_secs(10))
+                .await
+        }
+    });
     let identity = default_identity();
     let mut operator = if cli.standalone {
         let leadership =

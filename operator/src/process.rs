@@ -443,7 +443,7 @@ async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
                 Ok(Err(e)) => e.to_string(),
                 _ => "no write committed within 2s".to_string(),
             };
-            tracing::warn!(event = "readyz_failed", cause = %cause, "the database cannot take writes");
+            tracing::warn!(event = "readyz_failed", cause = %cause, "not ready: the database cannot take this process's writes");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
                 axum::Json(serde_json::json!({"status": "unavailable"})),

@@ -921,6 +921,38 @@ async fn helm_install_creates_every_object() {
     assert_eq!(containers, vec!["api-server", "operator"]);
 }
 
+/// Issue 27 item 1: the migration hook runs before install, upgrade and rollback. A rollback runs
+/// the hooks of the revision it returns to, with that revision's image: the older `migrate` leaves
+/// a newer schema it runs on as it is, and refuses (stopping the rollback before any pod changes)
+/// one it does not run on.
+#[test]
+fn the_migration_hook_runs_before_install_upgrade_and_rollback() {
+    let docs = template_docs(&[]);
+    let job = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "Job"
+                && d["metadata"]["labels"]["app.kubernetes.io/component"] == "migration"
+        })
+        .expect("the migration Job");
+    let hooks: Vec<&str> = job["metadata"]["annotations"]["helm.sh/hook"]
+        .as_str()
+        .unwrap()
+        .split(',')
+        .collect();
+    assert_eq!(hooks, ["pre-install", "pre-upgrade", "pre-rollback"]);
+    let command = &job["spec"]["template"]["spec"]["containers"][0]["command"];
+    assert_eq!(
+        command,
+        &serde_yaml::to_value(["load-control-api", "migrate"]).unwrap()
+    );
+    // A failed rollback hook is kept for its log (the refusal names both schema versions).
+    let delete = job["metadata"]["annotations"]["helm.sh/hook-delete-policy"]
+        .as_str()
+        .unwrap();
+    assert!(delete.split(',').all(|p| p != "hook-failed"), "{delete}");
+}
+
 /// The rendered chart keeps NiFi's API independent of the operator and is scrapable: only the
 /// api-server's readiness decides whether a pod takes traffic; the ServiceMonitor selects the
 /// chart's Service (with the extra labels a Prometheus looks for); the PDB never blocks a drain

@@ -388,3 +388,109 @@ async fn the_binaries_wait_for_a_database_that_is_not_there_yet() {
     assert_eq!(status(api_port, "/readyz").await, Some(200));
     assert_eq!(status(op_port, "/readyz").await, Some(200));
 }
+
+/// Issue 27 item 1: an operator whose binary does not run on the ledger's schema version is not
+/// ready, never leads (no epoch is bumped, nothing is dispatched or swept) and says why at start
+/// and in each failed probe; once the version is back in its range it is ready and leads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_outside_the_schema_range_neither_leads_nor_is_ready() {
+    let env = Env::start(|_| {}).await;
+    let newer = *ledger::SUPPORTED_SCHEMA.end() + 1;
+    let set_version = |v: i32| {
+        let url = env.db.url.clone();
+        async move {
+            use sqlx::Connection;
+            let mut conn = sqlx::PgConnection::connect(&url).await.unwrap();
+            sqlx::query("UPDATE nifi_ops.schema_version SET version = $1")
+                .bind(v)
+                .execute(&mut conn)
+                .await
+                .unwrap();
+        }
+    };
+    set_version(newer).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
+    std::fs::write(
+        &config,
+        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
+                 logging: {{format: text}}\n", env.db.url),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone", "--config", config.to_str().unwrap()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let get = |path: &'static str| {
+        let (client, base) = (client.clone(), base.clone());
+        async move {
+            let r = client.get(format!("{base}{path}")).send().await.ok()?;
+            Some((r.status().as_u16(), r.text().await.unwrap()))
+        }
+    };
+    // For 6 s (three leadership attempts): never ready, never leading, no epoch.
+    let deadline = Instant::now() + Duration::from_secs(6);
+    let mut probes = 0;
+    while Instant::now() < deadline {
+        if let Some((status, _)) = get("/readyz").await {
+            assert_eq!(status, 503, "not ready on a schema it does not run on");
+            probes += 1;
+        }
+        if let Some((_, metrics)) = get("/metrics").await {
+            assert!(!metrics.lines().any(|l| l == "lca_leader 1"), "it leads");
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    assert!(probes > 0, "the health listener answered");
+    let (epochs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.leader_epoch")
+        .fetch_one(&mut env.conn().await)
+        .await
+        .unwrap();
+    assert_eq!(epochs, 0, "no epoch was bumped");
+
+    // The schema rolled forward to one it runs on (here: the version back in range).
+    set_version(ledger::SCHEMA_VERSION).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut recovered = false;
+    while Instant::now() < deadline && !recovered {
+        let ready = get("/readyz").await.is_some_and(|(s, _)| s == 200);
+        let leads = get("/metrics")
+            .await
+            .is_some_and(|(_, m)| m.lines().any(|l| l == "lca_leader 1"));
+        recovered = ready && leads;
+        if !recovered {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    assert!(recovered, "ready and leading once the version is in range");
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(&config);
+    let logs = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let why = format!(
+        "database schema version {newer} is newer than this binary (load-control {}) supports (≤{})",
+        env!("CARGO_PKG_VERSION"),
+        newer - 1
+    );
+    for event in ["schema_unsupported", "readyz_failed", "leader_epoch_error"] {
+        assert!(
+            logs.lines().any(|l| l.contains(event) && l.contains(&why)),
+            "{event} names both versions:\n{logs}"
+        );
+    }
+}

@@ -19,6 +19,8 @@ impl Ledger {
     /// leader's in-flight transactions (they hold the row FOR SHARE); none of its later ones can
     /// write once this commits.
     pub async fn acquire_epoch(&self, holder: &str) -> LedgerResult<Fence> {
+        // A binary that does not run on the schema never leads: a compatible one takes over.
+        self.admit_write().await?;
         let (epoch,): (i64,) = sqlx::query_as(
             "INSERT INTO nifi_ops.leader_epoch (name, epoch, holder) VALUES ($1, 1, $2) \
              ON CONFLICT (name) DO UPDATE SET epoch = leader_epoch.epoch + 1, holder = EXCLUDED.holder, \

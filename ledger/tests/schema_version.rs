@@ -1,0 +1,312 @@
+//! Issue 27 item 1, the schema version contract, against a real PostgreSQL: `migrate` writes the
+//! version and never lowers it (an older binary's run succeeds on a newer schema it runs on and
+//! is refused, changing nothing, on one it does not), and a binary outside its range is not ready
+//! and writes nothing. Readings are cached: no round trip on every write.
+use ledger::migrate::{MIGRATOR, run_migrations};
+use ledger::schema::{SCHEMA_HISTORY, SCHEMA_VERSION, SUPPORTED_SCHEMA};
+use ledger::{LedgerConfig, LedgerError};
+use sqlx::PgConnection;
+use std::time::Duration;
+use testkit::{TestDb, new_run};
+
+async fn version_row(conn: &mut PgConnection) -> Option<(i32, String, String)> {
+    sqlx::query_as("SELECT version, written_at::text, written_by FROM nifi_ops.schema_version")
+        .fetch_optional(conn)
+        .await
+        .unwrap()
+}
+
+async fn set_version(conn: &mut PgConnection, version: i32) {
+    sqlx::query("UPDATE nifi_ops.schema_version SET version = $1")
+        .bind(version)
+        .execute(conn)
+        .await
+        .unwrap();
+}
+
+async fn count(conn: &mut PgConnection, table: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(sqlx::AssertSqlSafe(format!(
+        "SELECT count(*) FROM nifi_ops.{table}"
+    )))
+    .fetch_one(conn)
+    .await
+    .unwrap();
+    n
+}
+
+fn unsupported(e: &LedgerError) -> String {
+    match e {
+        LedgerError::SchemaUnsupported(m) => m.to_string(),
+        other => panic!("expected SchemaUnsupported, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_database_is_migrated_to_this_binarys_schema_version() {
+    let db = TestDb::empty().await;
+    assert_eq!(run_migrations(&db.url).await.unwrap(), SCHEMA_VERSION);
+    let mut conn = db.conn().await;
+    let (version, _, by) = version_row(&mut conn).await.expect("the version row");
+    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(by, concat!("load-control ", env!("CARGO_PKG_VERSION")));
+    let ledger = db.ledger(1, LedgerConfig::default()).await;
+    assert_eq!(ledger.check_schema().await.unwrap(), SCHEMA_VERSION);
+    ledger.write_check().await.expect("ready");
+    ledger.create_run(&new_run("fresh")).await.expect("writes");
+}
+
+#[tokio::test]
+async fn migrate_is_idempotent_and_never_lowers_the_version() {
+    let db = TestDb::empty().await;
+    run_migrations(&db.url).await.unwrap();
+    let mut conn = db.conn().await;
+    let first = version_row(&mut conn).await.unwrap();
+    assert_eq!(run_migrations(&db.url).await.unwrap(), SCHEMA_VERSION);
+    assert_eq!(
+        version_row(&mut conn).await.unwrap(),
+        first,
+        "a second run by the same binary writes nothing"
+    );
+
+    // The next release migrated this database (its schema version, and a migration this binary
+    // does not know): this binary's `migrate` — a rollback's hook — succeeds and lowers nothing.
+    let newest = *SUPPORTED_SCHEMA.end();
+    assert!(newest > SCHEMA_VERSION);
+    set_version(&mut conn, newest).await;
+    sqlx::query(
+        "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+         VALUES (29991231000001, 'a newer release''s migration', true, '\\x00'::bytea, 0)",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        run_migrations(&db.url)
+            .await
+            .expect("an older binary's migrate"),
+        newest
+    );
+    assert_eq!(version_row(&mut conn).await.unwrap().0, newest);
+    let ledger = db.ledger(1, LedgerConfig::default()).await;
+    ledger.write_check().await.expect("this binary runs on it");
+
+    // Two releases ahead: refused before anything is applied, naming both versions.
+    set_version(&mut conn, newest + 1).await;
+    // (As if this binary's newest migration were pending: a migrate that ran would apply it.)
+    let own_newest = MIGRATOR.iter().map(|m| m.version).max().unwrap();
+    let forget = format!("DELETE FROM _sqlx_migrations WHERE version = {own_newest}");
+    sqlx::query(sqlx::AssertSqlSafe(forget))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let refused = run_migrations(&db.url).await.unwrap_err();
+    let msg = unsupported(&refused);
+    assert!(
+        msg.contains(&format!("database schema version {}", newest + 1))
+            && msg.contains(&format!("supports (≤{newest})")),
+        "{msg}"
+    );
+    assert_eq!(version_row(&mut conn).await.unwrap().0, newest + 1);
+    let (applied,): (i64,) =
+        sqlx::query_as("SELECT count(*) FROM _sqlx_migrations WHERE version = $1")
+            .bind(own_newest)
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    assert_eq!(applied, 0, "the refused migrate applied nothing");
+}
+
+#[tokio::test]
+async fn a_database_newer_than_supported_is_not_ready_and_takes_no_write() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    ledger
+        .write_check()
+        .await
+        .expect("ready on its own version");
+    ledger.create_run(&new_run("before")).await.unwrap();
+    let mut conn = db.conn().await;
+    let newer = *SUPPORTED_SCHEMA.end() + 1;
+    set_version(&mut conn, newer).await;
+
+    // The reading is cached: a write right after does not read the version again.
+    ledger
+        .create_run(&new_run("cached"))
+        .await
+        .expect("the last reading is trusted for a while");
+
+    // Each readiness probe reads it, names both versions and says what to do.
+    let not_ready = ledger.write_check().await.unwrap_err();
+    let msg = unsupported(&not_ready);
+    assert!(
+        msg.starts_with(&format!(
+            "database schema version {newer} is newer than this binary (load-control {}) supports (≤{})",
+            env!("CARGO_PKG_VERSION"),
+            SUPPORTED_SCHEMA.end()
+        )) && msg.contains("roll forward")
+            && msg.contains("restore"),
+        "{msg}"
+    );
+
+    // From then on no write: runs, reports, the leader epoch.
+    let runs = count(&mut conn, "load_run").await;
+    let refused = ledger.create_run(&new_run("refused")).await.unwrap_err();
+    unsupported(&refused);
+    let refused = ledger.acquire_epoch("old-binary").await.unwrap_err();
+    unsupported(&refused);
+    assert_eq!(count(&mut conn, "load_run").await, runs);
+    assert_eq!(count(&mut conn, "leader_epoch").await, 0);
+
+    // Rolled forward (here: the version back in range): ready and writing again.
+    set_version(&mut conn, SCHEMA_VERSION).await;
+    ledger.write_check().await.expect("ready again");
+    ledger.create_run(&new_run("after")).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_reading_older_than_the_recheck_is_renewed_before_a_write() {
+    let db = TestDb::fresh().await;
+    let ledger = db
+        .ledger(1, LedgerConfig::default())
+        .await
+        .with_schema_recheck(Duration::from_millis(300));
+    ledger.create_run(&new_run("before")).await.unwrap();
+    let mut conn = db.conn().await;
+    set_version(&mut conn, *SUPPORTED_SCHEMA.end() + 1).await;
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // No readiness probe in between: the write itself reads the version again.
+    let refused = ledger.create_run(&new_run("refused")).await.unwrap_err();
+    unsupported(&refused);
+    assert_eq!(count(&mut conn, "load_run").await, 1);
+}
+
+#[tokio::test]
+async fn an_unversioned_database_is_older_than_supported() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    // Release 0.1.0's schema has no version table.
+    sqlx::query("DROP TABLE nifi_ops.schema_version")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    let ledger = db.ledger(1, LedgerConfig::default()).await;
+    let msg = unsupported(&ledger.write_check().await.unwrap_err());
+    assert!(
+        msg.starts_with(&format!(
+            "database schema version 0 is older than this binary (load-control {}) needs (≥{})",
+            env!("CARGO_PKG_VERSION"),
+            SUPPORTED_SCHEMA.start()
+        )) && msg.contains("migrate"),
+        "{msg}"
+    );
+    unsupported(&ledger.create_run(&new_run("refused")).await.unwrap_err());
+}
+
+/// The expand/contract rule on the real schema: for each schema version, the previous version's
+/// tables and columns are all still there with the same types, none became NOT NULL, a column
+/// added to an existing table is nullable or has a default, and no constraint or unique index
+/// that could refuse the previous binary's writes was added to an existing table.
+#[tokio::test]
+async fn each_schema_version_keeps_what_the_previous_binary_uses() {
+    for pair in SCHEMA_HISTORY.windows(2) {
+        let ((prev, prev_last), (cur, cur_last)) = (pair[0], pair[1]);
+        let db = TestDb::empty().await;
+        let mut conn = db.conn().await;
+        let upto = |last: i64| {
+            sqlx::migrate::Migrator::with_migrations(
+                MIGRATOR
+                    .iter()
+                    .filter(|m| m.version <= last)
+                    .cloned()
+                    .collect(),
+            )
+        };
+        upto(prev_last).run(&mut conn).await.unwrap();
+        let before = Shape::read(&mut conn).await;
+        upto(cur_last).run(&mut conn).await.unwrap();
+        let after = Shape::read(&mut conn).await;
+        let broken = before.broken_by(&after);
+        assert!(
+            broken.is_empty(),
+            "schema version {cur} breaks the binary of version {prev}:\n{}",
+            broken.join("\n")
+        );
+    }
+}
+
+/// What a binary relies on in the `nifi_ops` schema.
+struct Shape {
+    /// (table, column) → (type, nullable, has default)
+    columns: std::collections::BTreeMap<(String, String), (String, bool, bool)>,
+    /// (table, name, definition) of every constraint and unique index
+    guards: std::collections::BTreeSet<(String, String, String)>,
+}
+
+impl Shape {
+    async fn read(conn: &mut PgConnection) -> Shape {
+        let cols: Vec<(String, String, String, bool, bool)> = sqlx::query_as(
+            "SELECT c.relname::text, a.attname::text, format_type(a.atttypid, a.atttypmod), NOT a.attnotnull, a.atthasdef \
+               FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = 'nifi_ops' AND c.relkind IN ('r', 'p', 'v') AND a.attnum > 0 AND NOT a.attisdropped",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        let guards: Vec<(String, String, String)> = sqlx::query_as(
+            "SELECT c.relname::text, con.conname::text, pg_get_constraintdef(con.oid) \
+               FROM pg_constraint con JOIN pg_class c ON c.oid = con.conrelid JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = 'nifi_ops' \
+             UNION ALL \
+             SELECT c.relname::text, i.relname::text, pg_get_indexdef(x.indexrelid) \
+               FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class c ON c.oid = x.indrelid \
+               JOIN pg_namespace n ON n.oid = c.relnamespace \
+              WHERE n.nspname = 'nifi_ops' AND x.indisunique",
+        )
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap();
+        Shape {
+            columns: cols
+                .into_iter()
+                .map(|(t, c, ty, null, def)| ((t, c), (ty, null, def)))
+                .collect(),
+            guards: guards.into_iter().collect(),
+        }
+    }
+
+    /// What `after` changed that a binary written for `self` could trip on.
+    fn broken_by(&self, after: &Shape) -> Vec<String> {
+        let mut broken = vec![];
+        let old_tables: std::collections::BTreeSet<&String> =
+            self.columns.keys().map(|(t, _)| t).collect();
+        for ((t, c), (ty, null, _)) in &self.columns {
+            match after.columns.get(&(t.clone(), c.clone())) {
+                None => broken.push(format!("{t}.{c} is gone")),
+                Some((ty2, _, _)) if ty2 != ty => {
+                    broken.push(format!("{t}.{c} changed type {ty} → {ty2}"))
+                }
+                Some((_, false, _)) if *null => broken.push(format!("{t}.{c} became NOT NULL")),
+                _ => {}
+            }
+        }
+        for ((t, c), (_, null, def)) in &after.columns {
+            if old_tables.contains(t)
+                && !self.columns.contains_key(&(t.clone(), c.clone()))
+                && !null
+                && !def
+            {
+                broken.push(format!(
+                    "{t}.{c} is new, NOT NULL and without a default: the previous binary's inserts fail"
+                ));
+            }
+        }
+        for g @ (t, name, def) in &after.guards {
+            if old_tables.contains(t) && !self.guards.contains(g) {
+                broken.push(format!(
+                    "{t}: constraint or unique index {name} ({def}) is new or changed: it may refuse the previous binary's writes"
+                ));
+            }
+        }
+        broken
+    }
+}
