@@ -85,6 +85,9 @@ macro_rules! caller_extractor {
             type Rejection = ApiError;
             async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
                 let caller = state.0.auth.authenticate(&parts.headers, $roles)?;
+                if let Some(connection) = parts.extensions.get::<crate::edge::ConnectionMark>() {
+                    connection.authenticated();
+                }
                 if let Some(slot) = parts.extensions.get::<CallerSlot>() {
                     *slot.0.lock().expect("caller slot") = Some(caller.clone());
                 }
