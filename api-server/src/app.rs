@@ -620,6 +620,43 @@ mod tests {
         assert!(!is_json_media_type("application/x-www-form-urlencoded"));
     }
 
+    /// The body budget is charged as bytes arrive: a body that would take more than what is
+    /// left waits (the socket is not read) until other requests give theirs back.
+    #[tokio::test]
+    async fn a_body_waits_for_the_budget_and_holds_what_it_read() {
+        let budget = Arc::new(Semaphore::new(100));
+        let elsewhere = budget.clone().acquire_many_owned(50).await.unwrap();
+        let chunks = [vec![b'a'; 30], vec![b'b'; 30]];
+        let body = Body::from_stream(futures::stream::iter(chunks.map(Ok::<_, std::io::Error>)));
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                let mut held = None;
+                let read = read_body(body, 1000, Some(&budget), &mut held).await;
+                (read.ok(), held)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!reading.is_finished(), "60 bytes do not fit in the 50 left");
+        // The first 30 bytes hold their share; the next 30 are queued for the 20 left.
+        assert_eq!(budget.available_permits(), 0);
+        drop(elsewhere);
+        let (bytes, held) = tokio::time::timeout(Duration::from_secs(5), reading)
+            .await
+            .expect("the budget was given back")
+            .unwrap();
+        assert_eq!(bytes.unwrap().len(), 60);
+        assert_eq!(held.as_ref().map(|h| h.num_permits()), Some(60));
+        assert_eq!(budget.available_permits(), 40);
+        drop(held);
+        assert_eq!(budget.available_permits(), 100);
+        let over = Body::from(vec![b'c'; 1001]);
+        assert!(matches!(
+            read_body(over, 1000, Some(&budget), &mut None).await,
+            Err(BodyError::TooLarge)
+        ));
+    }
+
     #[test]
     fn request_ids_are_adopted_only_when_safe() {
         assert!(valid_request_id("nifi-req-1.a_b"));
