@@ -14,7 +14,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use futures::FutureExt;
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 use ledger::{Actor, Ledger};
 use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
@@ -28,7 +28,12 @@ pub struct Inner {
     pub metrics: Arc<crate::metrics::Metrics>,
     pub auth: Authenticator,
     pub config: Config,
+    /// `server.limit_concurrency` request permits, taken once a request's body has arrived.
     limiter: Option<Arc<Semaphore>>,
+    /// With a limit: the bytes of request bodies being read or handled, at most
+    /// `limit_concurrency × max_body_bytes` in all (what the permits bounded when they were
+    /// taken before the body), charged as the bytes arrive.
+    body_budget: Option<Arc<Semaphore>>,
     /// Connection counters of the HTTP edge (`edge.rs`), for `/metrics`.
     pub edge: Arc<crate::edge::EdgeStats>,
     /// `server.forwarded_allow_ips`, parsed (the access log's client address).
@@ -45,6 +50,10 @@ impl AppState {
             .server
             .limit_concurrency
             .map(|n| Arc::new(Semaphore::new(n)));
+        let body_budget = config.server.limit_concurrency.map(|n| {
+            let bytes = n.max(1).saturating_mul(config.server.max_body_bytes);
+            Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS)))
+        });
         let metrics = Arc::new(crate::metrics::Metrics::default());
         let ledger = ledger.with_lock_wait_observer(metrics.clone());
         // Validated at start; a configuration that skipped validation trusts no proxy.
@@ -58,6 +67,7 @@ impl AppState {
             trusted_proxies,
             config,
             limiter,
+            body_budget,
             edge: Default::default(),
         }))
     }
@@ -75,6 +85,9 @@ macro_rules! caller_extractor {
             type Rejection = ApiError;
             async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
                 let caller = state.0.auth.authenticate(&parts.headers, $roles)?;
+                if let Some(connection) = parts.extensions.get::<crate::edge::ConnectionMark>() {
+                    connection.authenticated();
+                }
                 if let Some(slot) = parts.extensions.get::<CallerSlot>() {
                     *slot.0.lock().expect("caller slot") = Some(caller.clone());
                 }
@@ -115,6 +128,59 @@ pub struct Input {
     pub query: Vec<(String, String)>,
     body: Option<JVal>,
     pub problems: Problems,
+    /// The request permit and the body's bytes of the budget, held until the handler is done.
+    _held: Held,
+}
+
+/// What a request holds while it is handled (`Input`): its `limit_concurrency` permit and its
+/// body's share of the body budget.
+#[derive(Default)]
+struct Held {
+    permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    body_bytes: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// Why a body could not be read whole.
+enum BodyError {
+    TooLarge,
+    Read(axum::Error),
+}
+
+/// Reads `body` whole, at most `limit` bytes, charging each arriving frame to `budget` (waiting
+/// for it when the budget is spent) into `held`.
+async fn read_body(
+    mut body: Body,
+    limit: usize,
+    budget: Option<&Arc<Semaphore>>,
+    held: &mut Option<tokio::sync::OwnedSemaphorePermit>,
+) -> Result<bytes::Bytes, BodyError> {
+    let mut buf = bytes::BytesMut::new();
+    // Bounded by the limit: every round adds at least one byte or ends.
+    while let Some(frame) = body.frame().await {
+        let Ok(data) = frame.map_err(BodyError::Read)?.into_data() else {
+            continue; // trailers
+        };
+        if data.is_empty() {
+            continue;
+        }
+        if buf.len() + data.len() > limit {
+            return Err(BodyError::TooLarge);
+        }
+        if let Some(budget) = budget {
+            let n = u32::try_from(data.len()).map_err(|_| BodyError::TooLarge)?;
+            let got = budget
+                .clone()
+                .acquire_many_owned(n)
+                .await
+                .expect("the body budget is never closed");
+            match held {
+                Some(h) => h.merge(got),
+                None => *held = Some(got),
+            }
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(buf.freeze())
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -139,24 +205,36 @@ impl Input {
         if declared.is_some_and(|n| n > limit as u64) {
             return Err(ApiError::payload_too_large(limit));
         }
-        // A body trickled in slower than the deadline holds a request permit: 408, and
-        // (the body being unread) the connection is closed after the answer.
+        // The whole body first, then the request permit: a body trickled in holds no permit,
+        // only the bytes it has sent. Slower than the deadline: 408, and (the body being unread)
+        // the connection is closed after the answer.
+        let mut held = Held::default();
         let deadline = Duration::from_secs_f64(state.0.config.server.body_read_timeout);
-        let Ok(collected) =
-            tokio::time::timeout(deadline, Limited::new(body, limit).collect()).await
+        let budget = state.0.body_budget.as_ref();
+        let Ok(collected) = tokio::time::timeout(
+            deadline,
+            read_body(body, limit, budget, &mut held.body_bytes),
+        )
+        .await
         else {
             return Err(ApiError::request_timeout(deadline));
         };
         let bytes = match collected {
-            Ok(b) => b.to_bytes(),
-            Err(e) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                return Err(ApiError::payload_too_large(limit));
-            }
-            Err(e) => {
+            Ok(b) => b,
+            Err(BodyError::TooLarge) => return Err(ApiError::payload_too_large(limit)),
+            Err(BodyError::Read(e)) => {
                 problems.push("$", format!("could not read the body: {e}"));
                 Default::default()
             }
         };
+        // `limit_concurrency` (only `/v1` handlers read an `Input`): the permit bounds the work
+        // of parsing, validating and the ledger call.
+        if let Some(limiter) = &state.0.limiter {
+            match limiter.clone().try_acquire_owned() {
+                Ok(p) => held.permit = Some(p),
+                Err(_) => return Err(ApiError::service_unavailable()),
+            }
+        }
         let path = match RawPathParams::from_request_parts(&mut parts, &()).await {
             Ok(params) => params
                 .iter()
@@ -202,6 +280,7 @@ impl Input {
             query,
             body,
             problems,
+            _held: held,
         })
     }
 
@@ -312,7 +391,8 @@ fn render_error(e: &ApiError, request_id: &str, mut headers: axum::http::HeaderM
 }
 
 /// The frame of every request (after routing, so the route template is known): request id,
-/// concurrency limit, error bodies, panic guard, access log.
+/// error bodies, panic guard, access log. The concurrency limit is `Input::read`'s, once the body
+/// has arrived.
 async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> Response {
     let started = Instant::now();
     let request_id = req
@@ -365,13 +445,6 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
         None
     };
 
-    let permit = match (&state.0.limiter, path.starts_with("/v1")) {
-        (Some(l), true) => match l.clone().try_acquire_owned() {
-            Ok(p) => Some(p),
-            Err(_) => return finish(ApiError::service_unavailable().into_response(), &request_id),
-        },
-        _ => None,
-    };
     let span = tracing::info_span!("request", requestId = %request_id, runId = tracing::field::Empty, partitionId = tracing::field::Empty);
     let mut res = match AssertUnwindSafe(tracing::Instrument::instrument(next.run(req), span))
         .catch_unwind()
@@ -383,7 +456,6 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
             ApiError::internal().into_response()
         }
     };
-    drop(permit);
     res = finish(res, &request_id);
     state.0.metrics.request(
         &endpoint,
@@ -546,6 +618,43 @@ mod tests {
         assert!(is_json_media_type("application/vnd.nifi+json"));
         assert!(!is_json_media_type("text/plain"));
         assert!(!is_json_media_type("application/x-www-form-urlencoded"));
+    }
+
+    /// The body budget is charged as bytes arrive: a body that would take more than what is
+    /// left waits (the socket is not read) until other requests give theirs back.
+    #[tokio::test]
+    async fn a_body_waits_for_the_budget_and_holds_what_it_read() {
+        let budget = Arc::new(Semaphore::new(100));
+        let elsewhere = budget.clone().acquire_many_owned(50).await.unwrap();
+        let chunks = [vec![b'a'; 30], vec![b'b'; 30]];
+        let body = Body::from_stream(futures::stream::iter(chunks.map(Ok::<_, std::io::Error>)));
+        let reading = tokio::spawn({
+            let budget = budget.clone();
+            async move {
+                let mut held = None;
+                let read = read_body(body, 1000, Some(&budget), &mut held).await;
+                (read.ok(), held)
+            }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!reading.is_finished(), "60 bytes do not fit in the 50 left");
+        // The first 30 bytes hold their share; the next 30 are queued for the 20 left.
+        assert_eq!(budget.available_permits(), 0);
+        drop(elsewhere);
+        let (bytes, held) = tokio::time::timeout(Duration::from_secs(5), reading)
+            .await
+            .expect("the budget was given back")
+            .unwrap();
+        assert_eq!(bytes.unwrap().len(), 60);
+        assert_eq!(held.as_ref().map(|h| h.num_permits()), Some(60));
+        assert_eq!(budget.available_permits(), 40);
+        drop(held);
+        assert_eq!(budget.available_permits(), 100);
+        let over = Body::from(vec![b'c'; 1001]);
+        assert!(matches!(
+            read_body(over, 1000, Some(&budget), &mut None).await,
+            Err(BodyError::TooLarge)
+        ));
     }
 
     #[test]

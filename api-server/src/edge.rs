@@ -3,22 +3,36 @@
 //!
 //! | limit | setting (default) | what a client that breaks it gets |
 //! |---|---|---|
-//! | open connections per process | `server.max_connections` (1024) | accepted and closed at once |
+//! | open connections per process | `server.max_connections` (1024) | see below |
 //! | wait for the first byte of a request (fresh or kept-alive connection) | `server.timeout_keep_alive` (5 s) | connection closed |
 //! | a whole request head, once started | `server.header_read_timeout` (10 s) | connection closed (hyper's timer) |
 //! | a whole request body | `server.body_read_timeout` (10 s) | 408 `REQUEST_TIMEOUT`, connection closed (`input.rs`) |
 //! | a TLS handshake | the same `header_read_timeout` | connection dropped (`tls.rs`) |
+//!
+//! **Slots at the cap.** When `max_connections` are open, a new connection takes the place of an
+//! open one instead of being refused: first of a connection that has never presented a valid
+//! bearer token and has no request in flight (the earliest accepted of them), else of an
+//! authenticated connection that is idle (the one idle longest). The connection whose place is
+//! taken is closed at once when it is between requests (a half-sent head of an unauthenticated
+//! client included); a request that raced in is answered first, with `Connection: close`. Only
+//! when every open connection is serving a request, or is authenticated and not idle, is the new
+//! one closed at once. So clients that never authenticate — kept alive with `/healthz`,
+//! reconnecting, or silent — cannot keep NiFi out: each new connection of NiFi's pushes out the
+//! oldest of theirs, and NiFi's kept-alive connections are only ever given up when none of theirs
+//! is left. (A limit per peer address would not help: behind an ingress every peer is the proxy.)
 use axum::body::Body;
 use axum::extract::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 
 /// The edge's limits, from `server.*`.
 #[derive(Debug, Clone, Copy)]
@@ -44,10 +58,14 @@ pub struct EdgeStats {
     pub open: AtomicUsize,
     pub refused: AtomicU64,
     pub idle_closed: AtomicU64,
+    /// Open connections whose place a new one took at the cap.
+    pub shed: AtomicU64,
 }
 
 /// One connection's request state, shared by its IO and its service.
 struct ConnState {
+    /// Order of acceptance.
+    id: u64,
     origin: Instant,
     in_flight: AtomicUsize,
     /// Bytes of the next request have arrived since the last response.
@@ -55,16 +73,55 @@ struct ConnState {
     /// When the connection last became idle (accepted, or its last response was produced), in
     /// milliseconds since `origin`.
     idle_since_ms: AtomicU64,
+    /// A request on it presented a valid bearer token (set by the auth extractor through
+    /// [`ConnectionMark`]).
+    authenticated: AtomicBool,
+    /// A new connection took its place: close it as soon as it is between requests.
+    shed: AtomicBool,
+    /// The IO's pending read, woken when the connection is shed.
+    reader: futures::task::AtomicWaker,
 }
 
 impl ConnState {
-    fn new() -> ConnState {
+    fn new(id: u64) -> ConnState {
         ConnState {
+            id,
             origin: Instant::now(),
             in_flight: AtomicUsize::new(0),
             reading: AtomicBool::new(false),
             idle_since_ms: AtomicU64::new(0),
+            authenticated: AtomicBool::new(false),
+            shed: AtomicBool::new(false),
+            reader: futures::task::AtomicWaker::new(),
         }
+    }
+
+    fn is_authenticated(&self) -> bool {
+        self.authenticated.load(Ordering::Acquire)
+    }
+
+    fn in_flight(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) > 0
+    }
+
+    fn is_shed(&self) -> bool {
+        self.shed.load(Ordering::Acquire)
+    }
+
+    fn shed(&self) {
+        self.shed.store(true, Ordering::Release);
+        self.reader.wake();
+    }
+
+    /// Shed and ready to go without losing a request: never authenticated and no request in
+    /// flight (a half-sent head is dropped), or idle.
+    fn closes_now(&self, keep_alive: Duration) -> bool {
+        self.is_shed()
+            && if self.is_authenticated() {
+                self.idle_deadline(keep_alive).is_some()
+            } else {
+                !self.in_flight()
+            }
     }
 
     fn idle_deadline(&self, keep_alive: Duration) -> Option<Instant> {
@@ -88,8 +145,69 @@ impl ConnState {
     }
 }
 
+/// A request's handle on its connection: the auth extractor marks the connection authenticated
+/// (the slots at the cap keep it over connections that never were).
+#[derive(Clone)]
+pub struct ConnectionMark(Arc<ConnState>);
+
+impl ConnectionMark {
+    /// The request presented a valid bearer token.
+    pub fn authenticated(&self) {
+        self.0.authenticated.store(true, Ordering::Release);
+    }
+}
+
+/// The open connections, for `max_connections` and the choice of whose place a new one takes.
+struct Slots {
+    max: usize,
+    open: Mutex<HashMap<u64, Arc<ConnState>>>,
+}
+
+impl Slots {
+    /// Admits `conn`, shedding another connection when `max` are open; false: no place for it.
+    fn admit(&self, conn: &Arc<ConnState>, stats: &EdgeStats) -> bool {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        if open.len() >= self.max {
+            let Some(victim) = Self::victim(&open) else {
+                return false;
+            };
+            if let Some(v) = open.remove(&victim) {
+                v.shed();
+                stats.shed.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        open.insert(conn.id, conn.clone());
+        true
+    }
+
+    /// Whose place a new connection takes: a never-authenticated connection without a request
+    /// in flight, the earliest accepted; else the authenticated connection idle longest.
+    fn victim(open: &HashMap<u64, Arc<ConnState>>) -> Option<u64> {
+        let unauthenticated = open
+            .values()
+            .filter(|c| !c.is_authenticated() && !c.in_flight())
+            .map(|c| c.id)
+            .min();
+        unauthenticated.or_else(|| {
+            open.values()
+                .filter(|c| c.is_authenticated())
+                .filter_map(|c| Some((c.idle_deadline(Duration::ZERO)?, c.id)))
+                .min()
+                .map(|(_, id)| id)
+        })
+    }
+
+    fn leave(&self, id: u64) {
+        self.open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
+
 /// A connection's IO that reads as closed once it has waited `keep_alive` for the first byte of
-/// a request (hyper then closes it as an idle connection the client gave up on).
+/// a request (hyper then closes it as an idle connection the client gave up on), or once it was
+/// shed at the cap and is between requests.
 struct IdleIo<T> {
     inner: T,
     state: Arc<ConnState>,
@@ -104,6 +222,10 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleIo<T> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        // Shed and never authenticated: end of stream at once, even within a half-sent head.
+        if self.state.is_shed() && !self.state.is_authenticated() && !self.state.in_flight() {
+            return Poll::Ready(Ok(()));
+        }
         let before = buf.filled().len();
         match Pin::new(&mut self.inner).poll_read(cx, buf) {
             Poll::Ready(Ok(())) => {
@@ -115,6 +237,11 @@ impl<T: AsyncRead + Unpin> AsyncRead for IdleIo<T> {
             }
             Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
             Poll::Pending => {
+                // Registered before the check: a shed after it wakes this read.
+                self.state.reader.register(cx.waker());
+                if self.state.closes_now(self.keep_alive) {
+                    return Poll::Ready(Ok(()));
+                }
                 let Some(deadline) = self.state.idle_deadline(self.keep_alive) else {
                     return Poll::Pending;
                 };
@@ -189,27 +316,31 @@ pub async fn serve<L, S>(
         + 'static,
     S::Future: Send + 'static,
 {
-    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Arc::new(Slots {
+        max: limits.max_connections,
+        open: Mutex::new(HashMap::new()),
+    });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    loop {
+    // One connection per round; the loop ends with `stop`.
+    for id in 0u64.. {
         let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = stop.wait_for(|s| *s) => break,
         };
-        let Ok(permit) = permits.clone().try_acquire_owned() else {
+        let state = Arc::new(ConnState::new(id));
+        if !slots.admit(&state, &stats) {
             let n = stats.refused.fetch_add(1, Ordering::Relaxed);
             if n.is_power_of_two() {
                 tracing::warn!(
                     event = "connection_refused",
                     refused_total = n + 1,
                     max_connections = limits.max_connections,
-                    "too many open connections: a new one was closed at once (server.max_connections)"
+                    "too many open connections, all busy: a new one was closed at once (server.max_connections)"
                 );
             }
             drop(io);
             continue;
-        };
-        let state = Arc::new(ConnState::new());
+        }
         let io = IdleIo {
             inner: io,
             state: state.clone(),
@@ -226,9 +357,19 @@ pub async fn serve<L, S>(
                 // The peer's address, for the access log's client (access.rs).
                 req.extensions_mut()
                     .insert(axum::extract::ConnectInfo(peer));
+                req.extensions_mut().insert(ConnectionMark(state.clone()));
                 let call = tower::ServiceExt::oneshot(app.clone(), req);
                 async move {
-                    let response = call.await;
+                    let mut response = call.await;
+                    // Shed while this request was in flight: the connection ends after it.
+                    if state.is_shed()
+                        && let Ok(r) = &mut response
+                    {
+                        r.headers_mut().insert(
+                            axum::http::header::CONNECTION,
+                            axum::http::HeaderValue::from_static("close"),
+                        );
+                    }
                     state.response_ready();
                     response
                 }
@@ -239,13 +380,13 @@ pub async fn serve<L, S>(
             .keep_alive(true)
             .serve_connection(TokioIo::new(io), service);
         let connection = graceful.watch(connection);
-        let stats = stats.clone();
+        let (stats, slots) = (stats.clone(), slots.clone());
         stats.open.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             // Errors here are the client's (a reset, a malformed or timed-out head).
             let _ = connection.await;
             stats.open.fetch_sub(1, Ordering::Relaxed);
-            drop(permit);
+            slots.leave(id);
         });
     }
     drop(listener);

@@ -1,7 +1,8 @@
 //! Early answers on kept-alive connections. Some answers go out before the request body was read
-//! (401, 403, 413, a 503 from the concurrency limit, other early 4xx). The client, pooled and
-//! keeping the connection alive, has sent or is still sending that body; if the server then simply
-//! stops reading, the next request on the connection runs into a closed socket. Every response
+//! (401, 403, 413, a 408 at the body deadline, other early 4xx; a 503 of the concurrency limit
+//! comes only once the body has arrived). The client, pooled and keeping the connection alive, has
+//! sent or is still sending that body; if the server then simply stops reading, the next request
+//! on the connection runs into a closed socket. Every response
 //! whose request body was not read to its end therefore says `Connection: close`, and hyper closes
 //! the connection after it, so a pooled client opens a fresh one instead of writing into a dead one.
 use crate::watched_body::{BodyWatch, watched};

@@ -34,6 +34,7 @@ pub struct Metrics {
     connections_open: prometheus_client::metrics::gauge::Gauge,
     connections_refused: Counter,
     connections_idle_closed: Counter,
+    connections_shed: Counter,
     /// Serializes the catch-up of the counters kept elsewhere (`catch_up`).
     catch_up_lock: std::sync::Mutex<()>,
 }
@@ -82,8 +83,14 @@ impl Default for Metrics {
         let connections_refused = Counter::default();
         registry.register(
             "lca_http_connections_refused",
-            "Connections closed at once because server.max_connections were open",
+            "Connections closed at once because server.max_connections were open and none of them could make room (all serving a request, or authenticated and not idle)",
             connections_refused.clone(),
+        );
+        let connections_shed = Counter::default();
+        registry.register(
+            "lca_http_connections_shed",
+            "Open connections closed to make room for a new one at server.max_connections (never-authenticated ones without a request in flight first, then the authenticated one idle longest)",
+            connections_shed.clone(),
         );
         let connections_idle_closed = Counter::default();
         registry.register(
@@ -101,6 +108,7 @@ impl Default for Metrics {
             connections_open,
             connections_refused,
             connections_idle_closed,
+            connections_shed,
             catch_up_lock: Default::default(),
         }
     }
@@ -145,6 +153,7 @@ impl Metrics {
             &self.connections_idle_closed,
             stats.idle_closed.load(Relaxed),
         );
+        catch_up(&self.connections_shed, stats.shed.load(Relaxed));
     }
 
     /// Prometheus text exposition.

@@ -4,8 +4,9 @@
 //! dropped.
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -98,8 +99,10 @@ pub struct TlsListener {
 }
 
 impl TlsListener {
-    /// Handshakes run at most `max_handshakes` at once (a connection beyond is closed at once)
-    /// and are dropped when not finished within `handshake_timeout`.
+    /// Handshakes run at most `max_handshakes` at once and are dropped when not finished within
+    /// `handshake_timeout`. At the cap the oldest handshake in progress gives way to the new
+    /// connection: a real client's handshake takes milliseconds, so clients that stall theirs
+    /// cannot keep one out (it would have to be the oldest of `max_handshakes`).
     pub fn new(
         tcp: TcpListener,
         config: Arc<rustls::ServerConfig>,
@@ -107,11 +110,14 @@ impl TlsListener {
         max_handshakes: usize,
     ) -> std::io::Result<TlsListener> {
         let local = tcp.local_addr()?;
-        let handshakes = Arc::new(tokio::sync::Semaphore::new(max_handshakes.max(1)));
+        let max_handshakes = max_handshakes.max(1);
+        // Handshakes in progress by order of arrival.
+        let handshakes: Arc<Mutex<BTreeMap<u64, tokio::task::AbortHandle>>> = Arc::default();
         let acceptor = TlsAcceptor::from(config);
         let (tx, ready) = mpsc::channel(64);
         let accepting = tokio::spawn(async move {
-            loop {
+            // One connection per round; the task ends when the listener is dropped.
+            for id in 0u64.. {
                 let (stream, peer) = match tcp.accept().await {
                     Ok(c) => c,
                     Err(e) => {
@@ -121,15 +127,22 @@ impl TlsListener {
                         continue;
                     }
                 };
-                let Ok(permit) = handshakes.clone().try_acquire_owned() else {
-                    drop(stream);
-                    continue;
-                };
-                let (acceptor, tx) = (acceptor.clone(), tx.clone());
-                tokio::spawn(async move {
+                // Held while spawning, so the task's removal of itself comes after its insertion.
+                let mut pending = handshakes.lock().unwrap_or_else(|p| p.into_inner());
+                if pending.len() >= max_handshakes
+                    && let Some((_, oldest)) = pending.pop_first()
+                {
+                    oldest.abort();
+                    tracing::info!(
+                        event = "tls_handshake_shed",
+                        "the oldest TLS handshake in progress was dropped for a new connection (server.max_connections)"
+                    );
+                }
+                let (acceptor, tx, all) = (acceptor.clone(), tx.clone(), handshakes.clone());
+                let task = tokio::spawn(async move {
                     let handshake =
                         tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await;
-                    drop(permit);
+                    all.lock().unwrap_or_else(|p| p.into_inner()).remove(&id);
                     match handshake {
                         Ok(Ok(tls)) => {
                             let _ = tx.send((tls, peer)).await;
@@ -142,6 +155,7 @@ impl TlsListener {
                         }
                     }
                 });
+                pending.insert(id, task.abort_handle());
             }
         });
         Ok(TlsListener {

@@ -312,15 +312,41 @@ async fn request_ids_paths_and_root_path() {
     );
 }
 
+/// The concurrency limit refuses `/v1` requests only, and only once a request is authenticated
+/// and its body has arrived within the size limit (a permit is never held while a body arrives):
+/// route → authentication → size → limit.
 #[tokio::test]
 async fn concurrency_limit_refuses_only_v1_requests() {
-    let api = Api::start_with(|c| c.server.limit_concurrency = Some(0)).await;
+    let api = Api::start_with(|c| {
+        c.server.limit_concurrency = Some(0);
+        c.server.max_body_bytes = 1024;
+    })
+    .await;
     let r = api.get("/v1/runs").await;
     assert_eq!(
         (r.status.as_u16(), r.body["code"].as_str().unwrap()),
         (503, "SERVICE_UNAVAILABLE")
     );
     assert_eq!(api.send("GET", "/healthz", None, None).await.status, 200);
+    assert_eq!(
+        api.send("GET", "/v1/nowhere", Some(NIFI), None)
+            .await
+            .status,
+        404
+    );
+    assert_eq!(api.send("GET", "/v1/runs", None, None).await.status, 401);
+    let big = api
+        .raw(
+            "POST",
+            "/v1/runs",
+            &[
+                ("authorization", &format!("Bearer {NIFI}")),
+                ("content-type", "application/json"),
+            ],
+            vec![b' '; 4096],
+        )
+        .await;
+    assert_eq!(big.status, 413);
 }
 
 /// Answers given before the body is read (401, 403, 413) must leave a pooled keep-alive client

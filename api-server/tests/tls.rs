@@ -174,6 +174,62 @@ async fn a_required_client_certificate_must_come_from_the_configured_ca() {
     );
 }
 
+/// `server.max_connections` (4) handshakes stalled by clients that connect and send nothing: a
+/// real client's handshake still gets through (the oldest stalled one gives way), and is served.
+#[tokio::test]
+async fn stalled_handshakes_at_the_cap_do_not_keep_a_real_client_out() {
+    use tokio::io::AsyncReadExt;
+    let dir = tempdir("tls-stalled");
+    let server_ca = ca("server-ca");
+    let (cert, key) = leaf(
+        &server_ca,
+        &["127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (certfile, keyfile) = (write(&dir, "c.pem", &cert), write(&dir, "k.pem", &key));
+    let (base, _db) = serve_tls(|c| {
+        c.server.ssl_certfile = Some(certfile);
+        c.server.ssl_keyfile = Some(keyfile);
+        c.server.max_connections = 4;
+    })
+    .await;
+    let port: u16 = base.rsplit(':').next().unwrap().parse().unwrap();
+    let mut stalled = vec![];
+    for _ in 0..4 {
+        stalled.push(
+            tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .unwrap(),
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    // The four are all held (within header_read_timeout, 10 s): none was closed yet.
+    for s in &mut stalled {
+        let mut b = [0u8; 1];
+        let r = tokio::time::timeout(std::time::Duration::from_millis(20), s.read(&mut b)).await;
+        assert!(r.is_err(), "a stalled handshake was closed early: {r:?}");
+    }
+    let http = client(&server_ca.pem, None);
+    for n in 0..3 {
+        let r = http
+            .get(format!("{base}/v1/runs"))
+            .bearer_auth(NIFI)
+            .send()
+            .await;
+        assert!(
+            r.as_ref().is_ok_and(|r| r.status() == 200),
+            "call {n}: {r:?}"
+        );
+    }
+    // The earliest stalled handshake made room.
+    let mut b = [0u8; 1];
+    let first = tokio::time::timeout(std::time::Duration::from_secs(1), stalled[0].read(&mut b))
+        .await
+        .expect("the oldest stalled handshake was closed");
+    assert!(matches!(first, Ok(0) | Err(_)), "{first:?}");
+}
+
 fn tempdir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("lc-{name}-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&d).unwrap();

@@ -117,9 +117,18 @@ pub struct ServerConfig {
     /// **[v1-ext]** Seconds a client has for a whole request body; then 408 and the connection
     /// is closed.
     pub body_read_timeout: f64,
-    /// **[v1-ext]** Open connections per process; a connection beyond it is closed at once.
+    /// **[v1-ext]** Open connections per process (default 1024), and as many TLS handshakes in
+    /// progress. At the cap a new connection takes the place of an open one: one that never
+    /// presented a valid bearer token and has no request in flight (the earliest accepted),
+    /// else the authenticated one idle longest (TLS: the oldest handshake in progress); it is
+    /// closed at once only when every open connection is busy.
     pub max_connections: usize,
     pub timeout_graceful_shutdown: f64,
+    /// `/v1` requests handled at once (default none: no limit); beyond it 503
+    /// `SERVICE_UNAVAILABLE`. **[v1-ext]** A request takes its permit once its body has arrived
+    /// (after authentication, 413 and 408), so a body being trickled in holds none; the bytes of
+    /// bodies being read or handled are bounded by `limit_concurrency × max_body_bytes` in all (a
+    /// body waits for its share, within `body_read_timeout`).
     pub limit_concurrency: Option<usize>,
     pub ssl_certfile: Option<PathBuf>,
     pub ssl_keyfile: Option<PathBuf>,
