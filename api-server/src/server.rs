@@ -37,6 +37,18 @@ pub async fn serve(
     let limits = crate::edge::EdgeLimits::of(&config.server);
     let state = AppState::new(config, ledger);
     let stats = state.0.edge.clone();
+    let interval = state.0.config.server.reload_interval.0;
+    let mut watches = crate::reload::Watches::default();
+    if let Some(tls) = &tls {
+        let metrics = state.0.metrics.clone();
+        metrics.certificate_loaded("api", tls.not_after);
+        let on_refusal = metrics.clone();
+        watches.0.push(tls.watch(
+            interval,
+            move |not_after| metrics.certificate_loaded("api", not_after),
+            move || on_refusal.certificate_reload_failed("api"),
+        ));
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -47,7 +59,7 @@ pub async fn serve(
         Some(tls) => {
             let listener = crate::tls::TlsListener::new(
                 listener,
-                tls,
+                tls.config,
                 limits.header_read,
                 limits.max_connections,
             )?;
@@ -55,6 +67,7 @@ pub async fn serve(
         }
         None => crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await,
     }
+    drop(watches);
     Ok(())
 }
 

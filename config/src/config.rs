@@ -126,6 +126,9 @@ pub struct ServerConfig {
     pub ssl_ca_certs: Option<PathBuf>,
     pub ssl_client_cert_required: bool,
     pub max_body_bytes: usize,
+    /// **[v1-ext]** How often the api-server reads `ssl_certfile`/`ssl_keyfile` and
+    /// `auth.tokens_file` again, so that a rotated Secret is used without a restart.
+    pub reload_interval: Dur,
 }
 
 impl Default for ServerConfig {
@@ -148,6 +151,7 @@ impl Default for ServerConfig {
             ssl_ca_certs: None,
             ssl_client_cert_required: false,
             max_body_bytes: 16 * 1024 * 1024,
+            reload_interval: Dur::secs(5),
         }
     }
 }
@@ -200,6 +204,48 @@ pub struct TokenDigests {
 pub struct AuthConfig {
     pub token_digests: TokenDigests,
     pub tokens: Vec<TokenEntry>,
+}
+
+/// The checks of §10.4 on token entries; keys are named under `prefix` (`auth.` in the
+/// configuration, nothing in a tokens file). Messages never quote a digest.
+fn check_token_entries(
+    tokens: &[TokenEntry],
+    digests: &TokenDigests,
+    prefix: &str,
+) -> Result<(), ConfigError> {
+    for (i, t) in tokens.iter().enumerate() {
+        let key = format!("{prefix}tokens[{i}]");
+        if t.role != "nifi" && t.role != "operator" {
+            return Err(invalid(&format!("{key}.role"), "is not nifi or operator"));
+        }
+        if !is_digest(&t.sha256) {
+            return Err(invalid(
+                &format!("{key}.sha256"),
+                "must be 64 hex characters (SHA-256 of the token)",
+            ));
+        }
+        let name_ok = (1..=100).contains(&t.name.chars().count())
+            && t.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
+        if !name_ok {
+            return Err(invalid(
+                &format!("{key}.name"),
+                "must be 1..100 characters of [A-Za-z0-9._@:/-]",
+            ));
+        }
+    }
+    for (role, list) in [("nifi", &digests.nifi), ("operator", &digests.operator)] {
+        for (i, d) in list.iter().enumerate() {
+            if !is_digest(d) {
+                return Err(invalid(
+                    &format!("{prefix}token_digests.{role}[{i}]"),
+                    "must be 64 hex characters",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -690,43 +736,12 @@ impl Config {
         if self.monitor.refresh_seconds < 1.0 {
             return Err(invalid("monitor.refresh_seconds", "must be at least 1"));
         }
-        for (i, t) in self.auth.tokens.iter().enumerate() {
-            let key = format!("auth.tokens[{i}]");
-            if t.role != "nifi" && t.role != "operator" {
-                return Err(invalid(
-                    &format!("{key}.role"),
-                    format!("{:?} is not nifi or operator", t.role),
-                ));
-            }
-            if !is_digest(&t.sha256) {
-                return Err(invalid(
-                    &format!("{key}.sha256"),
-                    "must be 64 hex characters (SHA-256 of the token)",
-                ));
-            }
-            let name_ok = (1..=100).contains(&t.name.chars().count())
-                && t.name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
-            if !name_ok {
-                return Err(invalid(
-                    &format!("{key}.name"),
-                    "must be 1..100 characters of [A-Za-z0-9._@:/-]",
-                ));
-            }
-        }
-        for (role, list) in [
-            ("nifi", &self.auth.token_digests.nifi),
-            ("operator", &self.auth.token_digests.operator),
-        ] {
-            for (i, d) in list.iter().enumerate() {
-                if !is_digest(d) {
-                    return Err(invalid(
-                        &format!("auth.token_digests.{role}[{i}]"),
-                        "must be 64 hex characters",
-                    ));
-                }
-            }
+        check_token_entries(&self.auth.tokens, &self.auth.token_digests, "auth.")?;
+        if self.server.reload_interval.0 < std::time::Duration::from_millis(100) {
+            return Err(invalid(
+                "server.reload_interval",
+                "must be at least 0.1 seconds",
+            ));
         }
         match &self.database.url {
             None => return Err(invalid("database.url", "is required (or set DATABASE_URL)")),
@@ -1049,6 +1064,10 @@ mod tests {
                 .contains("auth.tokens[0].role")
         );
         assert!(check("database: {url: 'mysql://h/d'}\n").contains("database.url"));
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nserver: {reload_interval: 0}\n")
+                .contains("server.reload_interval")
+        );
         let e = check("database: {url: 'postgres://h/d'}\ncleanup: {history_retention: P10D}\n");
         assert!(
             e.contains("cleanup.history_retention") && e.contains("cleanup.failed_retention"),
