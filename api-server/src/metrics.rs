@@ -45,6 +45,8 @@ pub struct Metrics {
     certificate_expiry: Family<CertLabel, FloatGauge>,
     certificate_reloaded: Family<CertLabel, FloatGauge>,
     certificate_reload_failures: Family<CertLabel, Counter>,
+    tokens_reloaded: FloatGauge,
+    tokens_reload_failures: Counter,
     /// notAfter (Unix seconds) of each certificate in use; the expiry gauge is computed from it
     /// at each scrape.
     certificate_not_after: std::sync::Mutex<Vec<(&'static str, i64)>>,
@@ -123,8 +125,22 @@ impl Default for Metrics {
             "New certificate or key files that could not be used (unreadable, unparsable, a key that does not match): the previous certificate stays in use",
             certificate_reload_failures.clone(),
         );
+        let tokens_reloaded = FloatGauge::default();
+        registry.register(
+            "lca_tokens_last_reload_timestamp_seconds",
+            "When the entries of auth.tokens_file in use were read (at start, then at each change seen), Unix seconds",
+            tokens_reloaded.clone(),
+        );
+        let tokens_reload_failures = Counter::default();
+        registry.register(
+            "lca_tokens_reload_failures",
+            "New contents of auth.tokens_file that could not be used (unreadable, not the format, an invalid entry): the previous tokens stay in force",
+            tokens_reload_failures.clone(),
+        );
         Metrics {
             registry,
+            tokens_reloaded,
+            tokens_reload_failures,
             certificate_expiry,
             certificate_reloaded,
             certificate_reload_failures,
@@ -203,6 +219,16 @@ impl Metrics {
         self.certificate_reload_failures
             .get_or_create(&CertLabel { cert })
             .inc();
+    }
+
+    /// The entries of `auth.tokens_file` were (re)read.
+    pub fn tokens_loaded(&self) {
+        self.tokens_reloaded.set(unix_now());
+    }
+
+    /// New contents of `auth.tokens_file` could not be used.
+    pub fn tokens_reload_failed(&self) {
+        self.tokens_reload_failures.inc();
     }
 
     /// Prometheus text exposition.

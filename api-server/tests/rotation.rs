@@ -403,3 +403,202 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
     );
     assert!(failures(2.0).await, "the good pair counted as a failure");
 }
+
+fn tokens_yaml(entries: &[(&str, &str, &str)]) -> String {
+    entries
+        .iter()
+        .map(|(name, role, token)| {
+            format!(
+                "- {{name: {name}, role: {role}, sha256: {}}}\n",
+                sha256_hex(token)
+            )
+        })
+        .collect()
+}
+
+/// `auth.tokens_file` from a Secret volume, rotated as `kubectl apply` of the Secret does it: a
+/// token added is accepted without a restart, old and new both while both are listed, a removed
+/// one refused; a file that cannot be used keeps the tokens in force (WARN naming the file, a
+/// counted failure), and no token ever reaches the log.
+#[tokio::test]
+async fn a_rotated_tokens_file_is_used_without_a_restart() {
+    const OLD: &str = "rotation-token-old-6f1c";
+    const NEW: &str = "rotation-token-new-93ab";
+    const OPS: &str = "rotation-token-ops-2d77";
+    let mut volume = SecretVolume::new(
+        "api-tokens",
+        &[(
+            "tokens.yaml",
+            &tokens_yaml(&[("nifi-2026a", "nifi", OLD), ("ops", "operator", OPS)]),
+        )],
+    );
+    let path = volume.path("tokens.yaml");
+    let (addr, _db) = serve(|c| {
+        c.auth.tokens.clear();
+        c.auth.tokens_file = Some(path.clone());
+    })
+    .await;
+    let http = reqwest::Client::builder()
+        .timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
+    let status = {
+        let (http, addr) = (http.clone(), addr.clone());
+        move |token: &'static str| {
+            let (http, addr) = (http.clone(), addr.clone());
+            async move {
+                http.get(format!("http://{addr}/v1/runs"))
+                    .bearer_auth(token)
+                    .send()
+                    .await
+                    .unwrap()
+                    .status()
+                    .as_u16()
+            }
+        }
+    };
+    assert_eq!(status(OLD).await, 200);
+    assert_eq!(status(NEW).await, 403, "not listed yet");
+    assert_eq!(status(OPS).await, 200);
+    let m = http
+        .get(format!("http://{addr}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(series(&m, "lca_tokens_last_reload_timestamp_seconds").is_some_and(|t| t > 0.0));
+
+    // Step 1 of a rotation: the new token beside the old one.
+    volume.swap(&[(
+        "tokens.yaml",
+        &tokens_yaml(&[
+            ("nifi-2026a", "nifi", OLD),
+            ("nifi-2026b", "nifi", NEW),
+            ("ops", "operator", OPS),
+        ]),
+    )]);
+    assert!(
+        eventually(|| async { status(NEW).await == 200 }).await,
+        "the added token was never accepted"
+    );
+    assert_eq!(status(OLD).await, 200, "both tokens while both are listed");
+
+    // Step 2: NiFi uses the new token, the old one is removed; calls with the new token go on
+    // throughout.
+    let stop = Arc::new(AtomicBool::new(false));
+    let during = {
+        let (stop, status) = (stop.clone(), status.clone());
+        tokio::spawn(async move {
+            let (mut ok, mut other) = (0u32, Vec::new());
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+                match status(NEW).await {
+                    200 => ok += 1,
+                    s => other.push(s),
+                }
+            }
+            (ok, other)
+        })
+    };
+    volume.swap(&[(
+        "tokens.yaml",
+        &tokens_yaml(&[("nifi-2026b", "nifi", NEW), ("ops", "operator", OPS)]),
+    )]);
+    assert!(
+        eventually(|| async { status(OLD).await == 403 }).await,
+        "the removed token is still accepted"
+    );
+    stop.store(true, Ordering::Relaxed);
+    let (ok, other) = during.await.unwrap();
+    assert!(ok > 0 && other.is_empty(), "{ok} accepted, then {other:?}");
+    // Without a token the answer stays 401.
+    let none = http
+        .get(format!("http://{addr}/v1/runs"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(none.status(), 401);
+
+    // A file that is not the format, then one that is gone: the tokens in force stay.
+    let failures = |n: f64| {
+        let (http, addr) = (http.clone(), addr.clone());
+        async move {
+            let m = http
+                .get(format!("http://{addr}/metrics"))
+                .send()
+                .await
+                .unwrap()
+                .text()
+                .await
+                .unwrap();
+            series(&m, "lca_tokens_reload_failures_total") == Some(n)
+        }
+    };
+    assert!(failures(0.0).await);
+    volume.swap(&[(
+        "tokens.yaml",
+        &format!("- {{name: broken, role: nifi, sha256: {OLD}\n"),
+    )]);
+    assert!(eventually(|| failures(1.0)).await, "no failure counted");
+    assert_eq!(status(NEW).await, 200);
+    assert_eq!(status(OLD).await, 403);
+    volume.swap(&[("other.yaml", "")]);
+    assert!(
+        eventually(|| failures(2.0)).await,
+        "a missing file counted no failure"
+    );
+    assert_eq!(status(NEW).await, 200);
+    assert_eq!(status(OPS).await, 200);
+    let file = path.display().to_string();
+    let logs = log_text();
+    assert!(
+        logs.lines()
+            .filter(|l| l.contains("WARN") && l.contains(&file))
+            .count()
+            >= 2,
+        "no WARN naming {file}:\n{logs}"
+    );
+    for token in [OLD, NEW, OPS] {
+        assert!(!logs.contains(token), "a token reached the log:\n{logs}");
+    }
+    // Repaired: used again.
+    volume.swap(&[(
+        "tokens.yaml",
+        &tokens_yaml(&[("nifi-2026b", "nifi", NEW), ("nifi-2026a", "nifi", OLD)]),
+    )]);
+    assert!(eventually(|| async { status(OLD).await == 200 }).await);
+    assert_eq!(status(OPS).await, 403, "the operator token was removed");
+}
+
+/// At start there is nothing to fall back on: an unusable tokens file refuses the start, naming
+/// the key and the file.
+#[tokio::test]
+async fn an_unusable_tokens_file_at_start_refuses_the_start() {
+    let volume = SecretVolume::new(
+        "api-tokens-bad",
+        &[("tokens.yaml", "- {name: x, role: nifi}\n")],
+    );
+    let db = TestDb::fresh().await;
+    for path in [volume.path("tokens.yaml"), volume.path("missing.yaml")] {
+        let mut config = Config::default();
+        config.database.url = Some(db.url.clone());
+        config.auth.tokens_file = Some(path.clone());
+        config.validate().unwrap();
+        let ledger = server::connect_ledger(&config).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let refused = tokio::time::timeout(
+            Duration::from_secs(5),
+            server::serve(config, ledger, listener, std::future::pending()),
+        )
+        .await
+        .expect("refused at once")
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("auth.tokens_file") && refused.contains(&path.display().to_string()),
+            "{refused}"
+        );
+    }
+}
