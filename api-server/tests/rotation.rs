@@ -244,6 +244,8 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
     let (addr, _db) = serve(|c| {
         c.server.ssl_certfile = Some(cert_path.clone());
         c.server.ssl_keyfile = Some(key_path.clone());
+        // The connection kept across the rotation must not be closed for idleness meanwhile.
+        c.server.timeout_keep_alive = 120.0;
     })
     .await;
     let fresh = client(&ca, true);
@@ -264,17 +266,24 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
     let kept = client(&ca, false);
     assert_eq!(served(&kept, &addr).await.0, "api-one");
 
-    // Load while the certificate changes: every request must succeed, each on a new handshake.
-    let stop = Arc::new(AtomicBool::new(false));
-    let (ok, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+    // Load while the certificate changes: every request must succeed, each on a new handshake;
+    // each task goes on until it has been served the new certificate (30 s at most).
+    let (started, ok, failed) = (
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+        Arc::new(AtomicU64::new(0)),
+    );
     let mut load = Vec::new();
     for _ in 0..4 {
-        let (stop, ok, failed, addr) = (stop.clone(), ok.clone(), failed.clone(), addr.clone());
+        let (started, ok, failed, addr) =
+            (started.clone(), ok.clone(), failed.clone(), addr.clone());
         let c = client(&ca, true);
         load.push(tokio::spawn(async move {
             let deadline = Instant::now() + Duration::from_secs(30);
+            // Runs of one certificate: (its DER, how many answers in a row).
             let mut seen: Vec<(Vec<u8>, u32)> = Vec::new();
-            while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
+            let mut counted = false;
+            while seen.len() < 2 && Instant::now() < deadline {
                 match c
                     .get(format!("https://{addr}/v1/runs"))
                     .bearer_auth(NIFI)
@@ -293,6 +302,10 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
                             }
                         }
                         ok.fetch_add(1, Ordering::Relaxed);
+                        if !counted {
+                            counted = true;
+                            started.fetch_add(1, Ordering::Relaxed);
+                        }
                     }
                     _ => {
                         failed.fetch_add(1, Ordering::Relaxed);
@@ -302,7 +315,10 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
             seen.iter().map(|(_, n)| *n).collect::<Vec<u32>>()
         }));
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        eventually(|| async { started.load(Ordering::Relaxed) == 4 }).await,
+        "the load did not start"
+    );
 
     let two = leaf(&ca, "api-two", 2002, 30);
     volume.swap(&[("tls.crt", &two.cert), ("tls.key", &two.key)]);
@@ -312,13 +328,10 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
         log_text()
     );
     assert_eq!(served(&fresh, &addr).await, ("api-two".into(), 2002));
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    stop.store(true, Ordering::Relaxed);
     let mut seen = Vec::new();
     for t in load {
         seen.push(t.await.unwrap());
     }
-    let saw_both = seen.iter().filter(|runs| runs.len() == 2).count();
     assert_eq!(
         failed.load(Ordering::Relaxed),
         0,
@@ -326,9 +339,8 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
         ok.load(Ordering::Relaxed)
     );
     assert!(
-        saw_both > 0,
-        "no load task ran across the swap: certificates seen per task {seen:?}, {} requests",
-        ok.load(Ordering::Relaxed)
+        seen.iter().all(|runs| runs.len() == 2),
+        "a load task was not served the old then the new certificate: runs per task {seen:?}"
     );
     // The connection opened before goes on with the certificate it began with.
     assert_eq!(served(&kept, &addr).await.0, "api-one");
@@ -488,20 +500,28 @@ async fn a_rotated_tokens_file_is_used_without_a_restart() {
     // Step 2: NiFi uses the new token, the old one is removed; calls with the new token go on
     // throughout.
     let stop = Arc::new(AtomicBool::new(false));
+    let accepted = Arc::new(AtomicU64::new(0));
     let during = {
-        let (stop, status) = (stop.clone(), status.clone());
+        let (stop, status, accepted) = (stop.clone(), status.clone(), accepted.clone());
         tokio::spawn(async move {
-            let (mut ok, mut other) = (0u32, Vec::new());
+            let mut other = Vec::new();
             let deadline = Instant::now() + Duration::from_secs(30);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
                 match status(NEW).await {
-                    200 => ok += 1,
+                    200 => {
+                        accepted.fetch_add(1, Ordering::Relaxed);
+                    }
                     s => other.push(s),
                 }
             }
-            (ok, other)
+            other
         })
     };
+    assert!(
+        eventually(|| async { accepted.load(Ordering::Relaxed) > 0 }).await,
+        "the calls did not start"
+    );
+    let before = accepted.load(Ordering::Relaxed);
     volume.swap(&[(
         "tokens.yaml",
         &tokens_yaml(&[("nifi-2026b", "nifi", NEW), ("ops", "operator", OPS)]),
@@ -510,9 +530,19 @@ async fn a_rotated_tokens_file_is_used_without_a_restart() {
         eventually(|| async { status(OLD).await == 403 }).await,
         "the removed token is still accepted"
     );
+    // And one more call after the old token was seen refused.
+    let after = accepted.load(Ordering::Relaxed);
+    assert!(
+        eventually(|| async { accepted.load(Ordering::Relaxed) > after }).await,
+        "the calls stopped"
+    );
     stop.store(true, Ordering::Relaxed);
-    let (ok, other) = during.await.unwrap();
-    assert!(ok > 0 && other.is_empty(), "{ok} accepted, then {other:?}");
+    let other = during.await.unwrap();
+    assert!(
+        other.is_empty(),
+        "{before} accepted before the change, {} in all, then {other:?}",
+        accepted.load(Ordering::Relaxed)
+    );
     // Without a token the answer stays 401.
     let none = http
         .get(format!("http://{addr}/v1/runs"))
