@@ -18,7 +18,7 @@ pub struct Refused {
 }
 
 /// Parses and takes new contents (in the order of the watch's paths), or refuses them.
-pub type Apply = dyn FnMut(&[Vec<u8>]) -> Result<(), Refused> + Send;
+pub type Apply<'a> = dyn FnMut(&[Vec<u8>]) -> Result<(), Refused> + Send + 'a;
 
 /// What a poll did (tests and the log).
 #[derive(Debug, PartialEq, Eq)]
@@ -93,7 +93,11 @@ impl Watch {
     /// Reads the files (twice: a pair caught half-swapped waits for the next poll) and applies
     /// new contents. `apply` gets the bytes in the order of `paths`; `refused` is called once per
     /// new refusal (the metric).
-    pub async fn poll(&mut self, apply: &mut Apply, refused: &(dyn Fn() + Send + Sync)) -> Outcome {
+    pub async fn poll(
+        &mut self,
+        apply: &mut Apply<'_>,
+        refused: &(dyn Fn() + Send + Sync),
+    ) -> Outcome {
         let first = match read_all(&self.paths).await {
             Ok(c) => c,
             Err(r) => return self.refuse(Err(r.reason.clone()), r, refused),
@@ -182,5 +186,58 @@ impl Drop for Watches {
         for t in &self.0 {
             t.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// One broken state is one refusal (one WARN, one count), however many polls see it; a
+    /// return to the contents in use makes the next break news again.
+    #[tokio::test]
+    async fn a_broken_state_is_refused_once_and_good_contents_are_applied() {
+        let dir = std::env::temp_dir().join(format!("lc-reload-{}", uuid::Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("f");
+        std::fs::write(&path, "good-1").unwrap();
+        let mut watch = Watch::new("test", vec![path.clone()], &[b"good-1".to_vec()]);
+        let refusals = Arc::new(AtomicUsize::new(0));
+        let counted = refusals.clone();
+        let refused = move || {
+            counted.fetch_add(1, Ordering::Relaxed);
+        };
+        let mut applied = Vec::new();
+        let mut apply = |files: &[Vec<u8>]| -> Result<(), Refused> {
+            if files[0].starts_with(b"good") {
+                applied.push(files[0].clone());
+                Ok(())
+            } else {
+                Err(Refused {
+                    file: PathBuf::from("f"),
+                    reason: "bad".into(),
+                })
+            }
+        };
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Unchanged);
+        std::fs::write(&path, "bad").unwrap();
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Refused);
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Unchanged);
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Refused);
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Unchanged);
+        assert_eq!(refusals.load(Ordering::Relaxed), 2);
+        std::fs::write(&path, "good-1").unwrap();
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Unchanged);
+        std::fs::write(&path, "bad").unwrap();
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Refused);
+        assert_eq!(refusals.load(Ordering::Relaxed), 3);
+        std::fs::write(&path, "good-2").unwrap();
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Applied);
+        assert_eq!(watch.poll(&mut apply, &refused).await, Outcome::Unchanged);
+        assert_eq!(applied, vec![b"good-2".to_vec()]);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
