@@ -9,6 +9,7 @@ pub mod input;
 pub mod keep_alive;
 pub mod metrics;
 pub mod openapi;
+pub mod reload;
 pub mod requests;
 pub mod server;
 pub mod tls;

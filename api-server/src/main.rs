@@ -231,8 +231,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 config.server.port = *p;
             }
             config.validate()?;
-            // Unreadable certificates or keys stop the start here, before migrations run.
+            // Unreadable certificates, keys or tokens files stop the start here, before migrations run.
             load_control_api::tls::server_config(&config.server)?;
+            if let Some(path) = &config.auth.tokens_file {
+                server::read_tokens_file(path)?;
+            }
             logging::init(
                 &config.logging,
                 "server",

@@ -3,6 +3,7 @@ use ledger::LockWaitObserver;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{
     Histogram, exponential_buckets, exponential_buckets_range,
 };
@@ -20,6 +21,13 @@ struct EndpointLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertLabel {
+    cert: &'static str,
+}
+
+type FloatGauge = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabel {
     result: &'static str,
 }
@@ -31,10 +39,18 @@ pub struct Metrics {
     chunk_reports: Family<ResultLabel, Counter>,
     run_lock_wait: Histogram,
     connections_retired: Counter,
-    connections_open: prometheus_client::metrics::gauge::Gauge,
+    connections_open: Gauge,
     connections_refused: Counter,
     connections_idle_closed: Counter,
     connections_shed: Counter,
+    certificate_expiry: Family<CertLabel, FloatGauge>,
+    certificate_reloaded: Family<CertLabel, FloatGauge>,
+    certificate_reload_failures: Family<CertLabel, Counter>,
+    tokens_reloaded: FloatGauge,
+    tokens_reload_failures: Counter,
+    /// notAfter (Unix seconds) of each certificate in use; the expiry gauge is computed from it
+    /// at each scrape.
+    certificate_not_after: std::sync::Mutex<Vec<(&'static str, i64)>>,
     /// Serializes the catch-up of the counters kept elsewhere (`catch_up`).
     catch_up_lock: std::sync::Mutex<()>,
 }
@@ -74,7 +90,7 @@ impl Default for Metrics {
             "Pooled database connections closed because their server could not take writes (read-only, standby, shutting down): each burst is a failover or switchover seen by this process",
             connections_retired.clone(),
         );
-        let connections_open = prometheus_client::metrics::gauge::Gauge::default();
+        let connections_open = Gauge::default();
         registry.register(
             "lca_http_connections_open",
             "Open HTTP connections of this process (server.max_connections caps them)",
@@ -98,8 +114,44 @@ impl Default for Metrics {
             "Connections closed after server.timeout_keep_alive without the first byte of a request",
             connections_idle_closed.clone(),
         );
+        let certificate_expiry = Family::<CertLabel, FloatGauge>::default();
+        registry.register(
+            "lca_certificate_expiry_seconds",
+            "Seconds until the notAfter of the certificate in use (negative once expired)",
+            certificate_expiry.clone(),
+        );
+        let certificate_reloaded = Family::<CertLabel, FloatGauge>::default();
+        registry.register(
+            "lca_certificate_last_reload_timestamp_seconds",
+            "When the certificate in use was loaded (at start, then at each rotation seen), Unix seconds",
+            certificate_reloaded.clone(),
+        );
+        let certificate_reload_failures = Family::<CertLabel, Counter>::default();
+        registry.register(
+            "lca_certificate_reload_failures",
+            "New certificate or key files that could not be used (unreadable, unparsable, a key that does not match): the previous certificate stays in use",
+            certificate_reload_failures.clone(),
+        );
+        let tokens_reloaded = FloatGauge::default();
+        registry.register(
+            "lca_tokens_last_reload_timestamp_seconds",
+            "When the entries of auth.tokens_file in use were read (at start, then at each change seen), Unix seconds",
+            tokens_reloaded.clone(),
+        );
+        let tokens_reload_failures = Counter::default();
+        registry.register(
+            "lca_tokens_reload_failures",
+            "New contents of auth.tokens_file that could not be used (unreadable, not the format, an invalid entry): the previous tokens stay in force",
+            tokens_reload_failures.clone(),
+        );
         Metrics {
             registry,
+            tokens_reloaded,
+            tokens_reload_failures,
+            certificate_expiry,
+            certificate_reloaded,
+            certificate_reload_failures,
+            certificate_not_after: Default::default(),
             requests,
             request_seconds,
             chunk_reports,
@@ -156,8 +208,52 @@ impl Metrics {
         catch_up(&self.connections_shed, stats.shed.load(Relaxed));
     }
 
+    /// A certificate was loaded (`cert`: `api`); `not_after` in Unix seconds.
+    pub fn certificate_loaded(&self, cert: &'static str, not_after: i64) {
+        let mut known = self
+            .certificate_not_after
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match known.iter_mut().find(|(c, _)| *c == cert) {
+            Some(entry) => entry.1 = not_after,
+            None => known.push((cert, not_after)),
+        }
+        self.certificate_reloaded
+            .get_or_create(&CertLabel { cert })
+            .set(unix_now());
+    }
+
+    /// New files for `cert` could not be used.
+    pub fn certificate_reload_failed(&self, cert: &'static str) {
+        self.certificate_reload_failures
+            .get_or_create(&CertLabel { cert })
+            .inc();
+    }
+
+    /// The entries of `auth.tokens_file` were (re)read.
+    pub fn tokens_loaded(&self) {
+        self.tokens_reloaded.set(unix_now());
+    }
+
+    /// New contents of `auth.tokens_file` could not be used.
+    pub fn tokens_reload_failed(&self) {
+        self.tokens_reload_failures.inc();
+    }
+
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
+        {
+            let now = unix_now();
+            let known = self
+                .certificate_not_after
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            for (cert, not_after) in known.iter() {
+                self.certificate_expiry
+                    .get_or_create(&CertLabel { cert })
+                    .set(*not_after as f64 - now);
+            }
+        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");
@@ -169,6 +265,13 @@ impl LockWaitObserver for Metrics {
     fn observe(&self, seconds: f64) {
         self.run_lock_wait.observe(seconds);
     }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs_f64())
+        .unwrap_or(0.0)
 }
 
 /// Raises a counter to a total kept elsewhere (the ledger's, the edge's own atomics).

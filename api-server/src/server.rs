@@ -16,6 +16,26 @@ pub async fn connect_ledger(c: &Config) -> anyhow::Result<Ledger> {
     )?)
 }
 
+/// `auth.tokens_file` as it is now, checked: its bytes and entries. Unreadable or invalid, the
+/// error names the key and the file (never its text).
+pub fn read_tokens_file(
+    path: &std::path::Path,
+) -> anyhow::Result<(Vec<u8>, lcconfig::config::TokensFile)> {
+    let bytes = std::fs::read(path).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid configuration at `auth.tokens_file`: {}: {e}",
+            path.display()
+        )
+    })?;
+    let file = lcconfig::config::TokensFile::parse(&bytes).map_err(|e| {
+        anyhow::anyhow!(
+            "invalid configuration at `auth.tokens_file`: {} {e}",
+            path.display()
+        )
+    })?;
+    Ok((bytes, file))
+}
+
 /// Serves until `shutdown` resolves, then gives in-flight requests `timeout_graceful_shutdown`.
 pub async fn serve(
     config: Config,
@@ -24,9 +44,18 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     let grace = Duration::from_secs_f64(config.server.timeout_graceful_shutdown.max(0.0));
+    // The tokens file as it is at start: unreadable or invalid, the start is refused.
+    let tokens_file = match &config.auth.tokens_file {
+        Some(path) => {
+            let (bytes, file) = read_tokens_file(path)?;
+            Some((path.clone(), bytes, file))
+        }
+        None => None,
+    };
     if config.auth.tokens.is_empty()
         && config.auth.token_digests.nifi.is_empty()
         && config.auth.token_digests.operator.is_empty()
+        && tokens_file.as_ref().is_none_or(|(_, _, f)| f.is_empty())
     {
         tracing::warn!(
             event = "auth_unconfigured",
@@ -42,6 +71,39 @@ pub async fn serve(
     let limits = crate::edge::EdgeLimits::of(&config.server);
     let state = AppState::new(config, ledger);
     let stats = state.0.edge.clone();
+    let interval = state.0.config.server.reload_interval.0;
+    let mut watches = crate::reload::Watches::default();
+    if let Some((path, bytes, file)) = tokens_file {
+        state.0.auth.set_file(&file);
+        state.0.metrics.tokens_loaded();
+        let watch = crate::reload::Watch::new("api_tokens", vec![path.clone()], &[bytes]);
+        let (applied, refused) = (state.clone(), state.0.metrics.clone());
+        watches.0.push(watch.spawn(
+            interval,
+            move |files| {
+                let file = lcconfig::config::TokensFile::parse(&files[0]).map_err(|reason| {
+                    crate::reload::Refused {
+                        file: path.clone(),
+                        reason,
+                    }
+                })?;
+                applied.0.auth.set_file(&file);
+                applied.0.metrics.tokens_loaded();
+                Ok(())
+            },
+            move || refused.tokens_reload_failed(),
+        ));
+    }
+    if let Some(tls) = &tls {
+        let metrics = state.0.metrics.clone();
+        metrics.certificate_loaded("api", tls.not_after);
+        let on_refusal = metrics.clone();
+        watches.0.push(tls.watch(
+            interval,
+            move |not_after| metrics.certificate_loaded("api", not_after),
+            move || on_refusal.certificate_reload_failed("api"),
+        ));
+    }
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     tokio::spawn(async move {
         shutdown.await;
@@ -52,7 +114,7 @@ pub async fn serve(
         Some(tls) => {
             let listener = crate::tls::TlsListener::new(
                 listener,
-                tls,
+                tls.config,
                 limits.header_read,
                 limits.max_connections,
             )?;
@@ -60,6 +122,7 @@ pub async fn serve(
         }
         None => crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await,
     }
+    drop(watches);
     Ok(())
 }
 

@@ -135,6 +135,9 @@ pub struct ServerConfig {
     pub ssl_ca_certs: Option<PathBuf>,
     pub ssl_client_cert_required: bool,
     pub max_body_bytes: usize,
+    /// **[v1-ext]** How often the api-server reads `ssl_certfile`/`ssl_keyfile` and
+    /// `auth.tokens_file` again, so that a rotated Secret is used without a restart.
+    pub reload_interval: Dur,
 }
 
 impl Default for ServerConfig {
@@ -157,6 +160,7 @@ impl Default for ServerConfig {
             ssl_ca_certs: None,
             ssl_client_cert_required: false,
             max_body_bytes: 16 * 1024 * 1024,
+            reload_interval: Dur::secs(5),
         }
     }
 }
@@ -209,6 +213,114 @@ pub struct TokenDigests {
 pub struct AuthConfig {
     pub token_digests: TokenDigests,
     pub tokens: Vec<TokenEntry>,
+    /// **[v1-ext]** A file (a mounted Secret) holding more token entries, read at start and again
+    /// every `server.reload_interval` while the process runs ([`TokensFile`]).
+    pub tokens_file: Option<PathBuf>,
+}
+
+/// The contents of `auth.tokens_file`: YAML (or JSON), either the list `auth.tokens` takes
+/// (`[{name, role, sha256}]`) or a mapping with `tokens` and/or `token_digests`, as in the `auth`
+/// section. Only digests, never tokens: `load-control-api hash-token` makes them.
+#[derive(Debug, Clone, Default)]
+pub struct TokensFile {
+    pub tokens: Vec<TokenEntry>,
+    pub token_digests: TokenDigests,
+}
+
+impl TokensFile {
+    /// Parses and checks the file's bytes. The error names the place (entry index, line and
+    /// column) but never quotes the file's text, which could hold a token pasted by mistake.
+    pub fn parse(bytes: &[u8]) -> Result<TokensFile, String> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Sections {
+            #[serde(default)]
+            tokens: Vec<TokenEntry>,
+            #[serde(default)]
+            token_digests: TokenDigests,
+        }
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            List(Vec<TokenEntry>),
+            Sections(Sections),
+        }
+        let text = std::str::from_utf8(bytes).map_err(|_| "is not UTF-8 text".to_string())?;
+        let form: Option<Form> = serde_yaml::from_str(text).map_err(|e| match e.location() {
+            Some(l) => format!(
+                "is not a list of {{name, role, sha256}} nor a mapping of tokens/token_digests (YAML error at line {}, column {})",
+                l.line(),
+                l.column()
+            ),
+            None => "is not a list of {name, role, sha256} nor a mapping of tokens/token_digests"
+                .to_string(),
+        })?;
+        let file = match form {
+            // An empty file: no entries.
+            None => TokensFile::default(),
+            Some(Form::List(tokens)) => TokensFile {
+                tokens,
+                ..Default::default()
+            },
+            Some(Form::Sections(s)) => TokensFile {
+                tokens: s.tokens,
+                token_digests: s.token_digests,
+            },
+        };
+        check_token_entries(&file.tokens, &file.token_digests, "").map_err(|e| match e {
+            ConfigError::Invalid { key, message } => format!("{key}: {message}"),
+            other => other.to_string(),
+        })?;
+        Ok(file)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.tokens.is_empty()
+            && self.token_digests.nifi.is_empty()
+            && self.token_digests.operator.is_empty()
+    }
+}
+
+/// The checks of §10.4 on token entries; keys are named under `prefix` (`auth.` in the
+/// configuration, nothing in a tokens file). Messages never quote a digest.
+fn check_token_entries(
+    tokens: &[TokenEntry],
+    digests: &TokenDigests,
+    prefix: &str,
+) -> Result<(), ConfigError> {
+    for (i, t) in tokens.iter().enumerate() {
+        let key = format!("{prefix}tokens[{i}]");
+        if t.role != "nifi" && t.role != "operator" {
+            return Err(invalid(&format!("{key}.role"), "is not nifi or operator"));
+        }
+        if !is_digest(&t.sha256) {
+            return Err(invalid(
+                &format!("{key}.sha256"),
+                "must be 64 hex characters (SHA-256 of the token)",
+            ));
+        }
+        let name_ok = (1..=100).contains(&t.name.chars().count())
+            && t.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
+        if !name_ok {
+            return Err(invalid(
+                &format!("{key}.name"),
+                "must be 1..100 characters of [A-Za-z0-9._@:/-]",
+            ));
+        }
+    }
+    for (role, list) in [("nifi", &digests.nifi), ("operator", &digests.operator)] {
+        for (i, d) in list.iter().enumerate() {
+            if !is_digest(d) {
+                return Err(invalid(
+                    &format!("{prefix}token_digests.{role}[{i}]"),
+                    "must be 64 hex characters",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -699,43 +811,12 @@ impl Config {
         if self.monitor.refresh_seconds < 1.0 {
             return Err(invalid("monitor.refresh_seconds", "must be at least 1"));
         }
-        for (i, t) in self.auth.tokens.iter().enumerate() {
-            let key = format!("auth.tokens[{i}]");
-            if t.role != "nifi" && t.role != "operator" {
-                return Err(invalid(
-                    &format!("{key}.role"),
-                    format!("{:?} is not nifi or operator", t.role),
-                ));
-            }
-            if !is_digest(&t.sha256) {
-                return Err(invalid(
-                    &format!("{key}.sha256"),
-                    "must be 64 hex characters (SHA-256 of the token)",
-                ));
-            }
-            let name_ok = (1..=100).contains(&t.name.chars().count())
-                && t.name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || "._@:/-".contains(c));
-            if !name_ok {
-                return Err(invalid(
-                    &format!("{key}.name"),
-                    "must be 1..100 characters of [A-Za-z0-9._@:/-]",
-                ));
-            }
-        }
-        for (role, list) in [
-            ("nifi", &self.auth.token_digests.nifi),
-            ("operator", &self.auth.token_digests.operator),
-        ] {
-            for (i, d) in list.iter().enumerate() {
-                if !is_digest(d) {
-                    return Err(invalid(
-                        &format!("auth.token_digests.{role}[{i}]"),
-                        "must be 64 hex characters",
-                    ));
-                }
-            }
+        check_token_entries(&self.auth.tokens, &self.auth.token_digests, "auth.")?;
+        if self.server.reload_interval.0 < std::time::Duration::from_millis(100) {
+            return Err(invalid(
+                "server.reload_interval",
+                "must be at least 0.1 seconds",
+            ));
         }
         match &self.database.url {
             None => return Err(invalid("database.url", "is required (or set DATABASE_URL)")),
@@ -874,6 +955,48 @@ mod tests {
     use super::*;
 
     const MINIMAL: &str = "database:\n  url: postgres://u@127.0.0.1/db\n";
+
+    #[test]
+    fn a_tokens_file_is_the_list_of_auth_tokens_or_the_auth_sections() {
+        let d = "ab".repeat(32);
+        let list = TokensFile::parse(
+            format!("- {{name: nifi-a, role: nifi, sha256: {d}}}\n- {{name: nifi-b, role: nifi, sha256: {d}}}\n").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(list.tokens.len(), 2);
+        assert_eq!(list.tokens[1].name, "nifi-b");
+        let json = TokensFile::parse(
+            format!("[{{\"name\": \"ops\", \"role\": \"operator\", \"sha256\": \"{d}\"}}]")
+                .as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(json.tokens[0].role, "operator");
+        let sections = TokensFile::parse(
+            format!("tokens: [{{name: a, role: nifi, sha256: {d}}}]\ntoken_digests: {{operator: [{d}]}}\n").as_bytes(),
+        )
+        .unwrap();
+        assert_eq!(
+            (sections.tokens.len(), sections.token_digests.operator.len()),
+            (1, 1)
+        );
+        assert!(TokensFile::parse(b"").unwrap().is_empty());
+        assert!(TokensFile::parse(b"# nothing yet\n").unwrap().is_empty());
+        // Refusals name the entry, never quote the text (a raw token pasted by mistake).
+        let e =
+            TokensFile::parse(b"- {name: a, role: nifi, sha256: my-raw-token-123}\n").unwrap_err();
+        assert!(e.contains("tokens[0].sha256"), "{e}");
+        assert!(!e.contains("my-raw-token-123"), "{e}");
+        let e = TokensFile::parse(b"nifi: my-raw-token-123\n").unwrap_err();
+        assert!(!e.contains("my-raw-token-123"), "{e}");
+        let e = TokensFile::parse(b"- {name: a, role: nifi\n").unwrap_err();
+        assert!(e.contains("line"), "{e}");
+        assert!(TokensFile::parse(&[0xff, 0xfe]).is_err());
+        assert!(
+            TokensFile::parse(format!("- {{name: a, role: admin, sha256: {d}}}").as_bytes())
+                .unwrap_err()
+                .contains("tokens[0].role")
+        );
+    }
 
     fn env(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
         pairs
@@ -1058,6 +1181,10 @@ mod tests {
                 .contains("auth.tokens[0].role")
         );
         assert!(check("database: {url: 'mysql://h/d'}\n").contains("database.url"));
+        assert!(
+            check("database: {url: 'postgres://h/d'}\nserver: {reload_interval: 0}\n")
+                .contains("server.reload_interval")
+        );
         let e = check("database: {url: 'postgres://h/d'}\ncleanup: {history_retention: P10D}\n");
         assert!(
             e.contains("cleanup.history_retention") && e.contains("cleanup.failed_retention"),

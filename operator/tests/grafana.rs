@@ -131,8 +131,13 @@ async fn exposed_by_both() -> BTreeSet<String> {
     m.kubernetes_access(true);
     m.reconciled("loadrun_mirror", "transient", 0.1);
     let operator_text = m.render();
+    // The api-server's certificate series, as an installation with TLS has them.
+    let tls = load_control_api::metrics::Metrics::default();
+    tls.certificate_loaded("api", 0);
+    tls.certificate_reload_failed("api");
     let mut have = exposed(&api_text);
     have.extend(exposed(&operator_text));
+    have.extend(exposed(&tls.render()));
     have
 }
 

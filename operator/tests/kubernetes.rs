@@ -1171,12 +1171,66 @@ fn the_chart_takes_credentials_from_secrets_only() {
         op.contains(&"LCA_NIFI__CLIENT_KEY".into())
             && !api.contains(&"LCA_NIFI__CLIENT_KEY".into())
     );
-    // The API's tokens go to the api-server alone (the operator checks none), the LISTEN DSN to
-    // the operator alone (its dispatcher LISTENs), each from its Secret.
+    // The API's tokens go to the api-server alone (the operator checks none), as a file of the
+    // mounted Secret that the api-server reads again (an environment variable is never updated);
+    // the LISTEN DSN to the operator alone (its dispatcher LISTENs), each from its Secret.
     assert!(
-        api.contains(&"LCA_AUTH__TOKENS".into()) && !op.contains(&"LCA_AUTH__TOKENS".into()),
+        api.contains(&"LCA_AUTH__TOKENS_FILE".into())
+            && !op.iter().any(|v| v.starts_with("LCA_AUTH__")),
         "api-server {api:?}, operator {op:?}"
     );
+    let mounts_of = |name: &str| -> Vec<serde_yaml::Value> {
+        containers.iter().find(|c| c["name"] == name).unwrap()["volumeMounts"]
+            .as_sequence()
+            .unwrap()
+            .clone()
+    };
+    let tokens_mount = mounts_of("api-server")
+        .into_iter()
+        .find(|m| m["name"] == "api-tokens")
+        .expect("the tokens Secret mounted into the api-server");
+    assert!(
+        !mounts_of("operator")
+            .iter()
+            .any(|m| m["name"] == "api-tokens" || m["name"] == "api-tls"),
+        "the operator mounts the API's Secrets"
+    );
+    // Mounted as directories: a subPath mount is never updated when its Secret changes.
+    for mount in mounts_of("api-server") {
+        assert!(mount["subPath"].is_null(), "{mount:?}");
+    }
+    let pod_spec =
+        &docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"];
+    let tokens_volume = pod_spec["volumes"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "api-tokens")
+        .unwrap();
+    assert_eq!(tokens_volume["secret"]["secretName"], "load-control-tokens");
+    let tokens_file = containers
+        .iter()
+        .find(|c| c["name"] == "api-server")
+        .unwrap()["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "LCA_AUTH__TOKENS_FILE")
+        .unwrap()["value"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        tokens_file,
+        format!(
+            "{}/{}",
+            tokens_mount["mountPath"].as_str().unwrap(),
+            tokens_volume["secret"]["items"][0]["path"]
+                .as_str()
+                .unwrap()
+        )
+    );
+    assert_eq!(tokens_volume["secret"]["items"][0]["key"], "tokens.yaml");
     assert!(
         op.contains(&"LCA_DATABASE__LISTEN_DSN".into())
             && !api.contains(&"LCA_DATABASE__LISTEN_DSN".into())
@@ -1253,6 +1307,10 @@ fn the_chart_takes_credentials_from_secrets_only() {
         (
             "config.database.migration_url=postgres://u:pw@db/x",
             "database.migrationUrlKey",
+        ),
+        (
+            "config.auth.tokens_file=/tmp/tokens.yaml",
+            "auth.existingSecret",
         ),
     ] {
         let refused = template_refused(set);

@@ -125,7 +125,7 @@ seccompProfile: {type: RuntimeDefault}
      so it fails the install instead. */}}
 {{- define "load-control.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
-{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" -}}
+{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" -}}
 {{- range $key, $owner := $owned -}}
 {{- $parts := splitList "." $key -}}
 {{- $section := get $config (index $parts 0) | default dict -}}
