@@ -15,7 +15,8 @@ pub struct DispatcherConfig {
     pub listen_url: String,
     pub poll_interval: Duration,
     pub batch: i64,
-    pub signing_secret: Option<String>,
+    /// §6.4: the key each attempt is signed with (`nifi.signer()`), none: unsigned.
+    pub signer: Option<lcconfig::config::Signer>,
 }
 
 pub struct Dispatcher {
@@ -202,14 +203,18 @@ impl Dispatcher {
             .header("Content-Type", "application/json")
             .header("X-Run-Id", d.run_id.to_string())
             .header("X-Dispatch-Id", d.dispatch_id.to_string());
-        if let Some(secret) = &self.config.signing_secret {
+        if let Some(signer) = &self.config.signer {
             let ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|t| t.as_secs())
                 .unwrap_or(0);
+            if let Some(id) = &signer.key_id {
+                // §6.4 key rotation: which of the receiver's keys checks this signature.
+                http = http.header("X-LCA-Key-Id", id);
+            }
             http = http
                 .header("X-LCA-Timestamp", ts.to_string())
-                .header("X-LCA-Signature", signature(secret, ts, &body));
+                .header("X-LCA-Signature", signature(&signer.secret, ts, &body));
         }
         match http.body(body).send().await {
             Ok(res) => {

@@ -138,7 +138,7 @@ impl Operator {
                     .unwrap_or_else(|| config.database_url()),
                 poll_interval: config.dispatch.poll_interval.0,
                 batch: config.dispatch.batch as i64,
-                signing_secret: config.nifi.signing_secret.clone(),
+                signer: config.nifi.signer(),
             },
             metrics: metrics.clone(),
             deposed: deposed.clone(),

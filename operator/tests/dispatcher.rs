@@ -71,6 +71,10 @@ async fn a_2xx_marks_the_row_sent_and_the_request_is_exactly_the_contracts() {
         r.headers["x-lca-signature"].to_str().unwrap(),
         lcoperator::dispatcher::signature("s3cret", ts, &r.raw)
     );
+    assert!(
+        !r.headers.contains_key("x-lca-key-id"),
+        "signing_secret has no key id"
+    );
     let (status, http, sent): (String, Option<i32>, bool) =
         sqlx::query_as("SELECT status, last_http_status, sent_at IS NOT NULL FROM nifi_ops.load_dispatch WHERE dispatch_id = $1")
             .bind(dispatch)

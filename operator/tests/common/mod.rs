@@ -146,7 +146,7 @@ impl Env {
                 listen_url: self.db.url.clone(),
                 poll_interval: Duration::from_secs(3600),
                 batch: 20,
-                signing_secret: self.config.nifi.signing_secret.clone(),
+                signer: self.config.nifi.signer(),
             },
             metrics: Arc::new(Metrics::default()),
             deposed: Default::default(),
