@@ -524,3 +524,64 @@ async fn the_binary_signs_with_the_first_key_from_the_environment() {
     assert!(text.contains("dispatch_sent"), "{text}");
     assert!(!text.contains(NEW) && !text.contains(OLD), "{text}");
 }
+
+/// NiFi TLS files that cannot be read (a Secret not mounted yet, a rotation half done) are no
+/// reason to exit (issue 28 item 2): the binary stays up, healthy, says why in its metrics, and
+/// its container never takes the api-server beside it out of the Service.
+#[tokio::test]
+async fn the_binary_waits_out_unreadable_nifi_tls_files() {
+    let env = Env::start(|_| {}).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let missing = std::env::temp_dir().join(format!("absent-{}", uuid::Uuid::new_v4().simple()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &env.db.url)
+        .env("LCA_NIFI__RECEIVER_URL", "https://127.0.0.1:9")
+        .env("LCA_NIFI__CLIENT_CERT", missing.join("tls.crt"))
+        .env("LCA_NIFI__CLIENT_KEY", missing.join("tls.key"))
+        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+        .env("LCA_WORKER__METRICS_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut metrics = String::new();
+    while Instant::now() < deadline {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the operator exited on unreadable TLS files"
+        );
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+        {
+            metrics = r.text().await.unwrap();
+            if metrics.contains("lca_leader 1") {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let healthz = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "the operator exited on unreadable TLS files");
+    assert_eq!(healthz.ok(), Some(200));
+    assert!(
+        metrics.contains("lca_certificate_reload_failures_total{cert=\"nifi_client\"} 1"),
+        "{metrics}"
+    );
+}

@@ -141,7 +141,10 @@ impl Env {
     pub fn dispatcher(&self, ledger: &Ledger) -> Dispatcher {
         Dispatcher {
             ledger: ledger.clone(),
-            client: lcoperator::dispatcher::http_client(&self.config.nifi).unwrap(),
+            client: lcoperator::nifi_tls::NifiClient::load(
+                &self.config.nifi,
+                Arc::new(Metrics::default()),
+            ),
             config: DispatcherConfig {
                 listen_url: self.db.url.clone(),
                 poll_interval: Duration::from_secs(3600),
