@@ -414,3 +414,93 @@ async fn serve(
         conn.write_all(response.as_bytes()).await?;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sign(secret: &str, ts: &str, body: &[u8]) -> String {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(format!("{ts}.").as_bytes());
+        mac.update(body);
+        hex::encode(mac.finalize().into_bytes())
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// PG-05's checks as docs/nifi.md states them: by key id, every key without one, 503 for an
+    /// id it does not hold, 401 for anything else wrong.
+    #[test]
+    fn signatures_are_checked_by_key_id() {
+        let keys = SigningKeys::new(&[("old", "old-secret"), ("new", "new-secret")]);
+        let body = br#"{"runId":"x"}"#;
+        let now = 1_800_000_000u64;
+        let ts = now.to_string();
+        let check = |h: &[(&str, &str)], at: u64| keys.check(&headers(h), body, at);
+        let good = sign("new-secret", &ts, body);
+        let signed = |id: &str, sig: &str| -> Vec<(String, String)> {
+            headers(&[
+                ("X-Lca-Key-Id", id),
+                ("X-Lca-Timestamp", &ts),
+                ("X-Lca-Signature", sig),
+            ])
+        };
+        assert_eq!(
+            keys.check(&signed("new", &good), body, now),
+            Ok(Some("new".into()))
+        );
+        // No key id (signing_secret): any key held.
+        assert_eq!(
+            check(
+                &[
+                    ("X-Lca-Timestamp", &ts),
+                    ("X-Lca-Signature", &sign("old-secret", &ts, body))
+                ],
+                now
+            ),
+            Ok(None)
+        );
+        let status = |r: Result<Option<String>, (u16, String)>| r.unwrap_err().0;
+        assert_eq!(status(keys.check(&signed("newer", &good), body, now)), 503);
+        assert_eq!(status(keys.check(&signed("old", &good), body, now)), 401);
+        assert_eq!(
+            status(keys.check(&signed("new", "zz"), body, now)),
+            401,
+            "not hex"
+        );
+        assert_eq!(
+            status(keys.check(&signed("new", &good), body, now + 301)),
+            401,
+            "timestamp too old"
+        );
+        assert_eq!(
+            status(keys.check(&signed("new", &good), b"{}", now)),
+            401,
+            "another body"
+        );
+        assert_eq!(status(check(&[("X-Lca-Key-Id", "new")], now)), 401);
+        assert_eq!(
+            status(check(
+                &[
+                    ("x-lca-timestamp", &ts),
+                    ("X-Lca-Signature", &good),
+                    ("X-Lca-Key-Id", "new")
+                ],
+                now
+            )),
+            401,
+            "the flow reads the header by the name docs/nifi.md gives"
+        );
+        // No keys: nothing checked.
+        assert_eq!(
+            SigningKeys::default().check(&headers(&[]), body, now),
+            Ok(None)
+        );
+        assert_eq!(format!("{keys:?}"), r#"["old", "new"]"#);
+    }
+}
