@@ -329,7 +329,7 @@ pub struct JobsConfig {
     pub require_registered: bool,
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Clone, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NifiConfig {
     pub receiver_url: Option<String>,
@@ -340,6 +340,150 @@ pub struct NifiConfig {
     pub ca_bundle: Option<PathBuf>,
     pub timeout_seconds: f64,
     pub signing_secret: Option<String>,
+    /// [v1-ext] §6.4 key rotation: the first key signs and its id goes in `X-LCA-Key-Id`.
+    pub signing_keys: Option<Vec<SigningKey>>,
+}
+
+/// Never prints a secret: `signing_secret` and every key's secret are shown as `***`.
+impl std::fmt::Debug for NifiConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NifiConfig")
+            .field("receiver_url", &self.receiver_url)
+            .field("receiver_path_allowed", &self.receiver_path_allowed)
+            .field("client_cert", &self.client_cert)
+            .field("client_key", &self.client_key)
+            .field("ca_bundle", &self.ca_bundle)
+            .field("timeout_seconds", &self.timeout_seconds)
+            .field(
+                "signing_secret",
+                &self.signing_secret.as_ref().map(|_| crate::redact::MASK),
+            )
+            .field("signing_keys", &self.signing_keys)
+            .finish()
+    }
+}
+
+/// One entry of `nifi.signing_keys` (§6.4): `{id, secret}`.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SigningKey {
+    pub id: String,
+    #[serde(deserialize_with = "secret_string")]
+    pub secret: String,
+}
+
+/// Shows the id only.
+impl std::fmt::Debug for SigningKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SigningKey")
+            .field("id", &self.id)
+            .field("secret", &crate::redact::MASK)
+            .finish()
+    }
+}
+
+/// A secret must be a string. Serde's own message would quote the value it refused (a secret
+/// YAML read as a number or a boolean) into the start-up error; this one never does.
+fn secret_string<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    match Value::deserialize(d)? {
+        Value::String(s) => Ok(s),
+        other => Err(serde::de::Error::custom(format!(
+            "must be a string, not a {} (quote a secret that YAML reads as a number, a boolean or null)",
+            match other {
+                Value::Null => "null",
+                Value::Bool(_) => "boolean",
+                Value::Number(_) => "number",
+                Value::Array(_) => "list",
+                Value::Object(_) => "mapping",
+                Value::String(_) => unreachable!(),
+            }
+        ))),
+    }
+}
+
+/// A key id of `nifi.signing_keys`: `[A-Za-z0-9._-]{1,64}` (§6.4).
+pub fn is_signing_key_id(id: &str) -> bool {
+    (1..=64).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+}
+
+/// The key dispatches are signed with (§6.4): the first of `signing_keys` (with its id), else
+/// `signing_secret` (without one), else none.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Signer {
+    pub key_id: Option<String>,
+    pub secret: String,
+}
+
+impl std::fmt::Debug for Signer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Signer")
+            .field("key_id", &self.key_id)
+            .field("secret", &crate::redact::MASK)
+            .finish()
+    }
+}
+
+impl NifiConfig {
+    /// See [`Signer`]; a validated configuration never has both.
+    pub fn signer(&self) -> Option<Signer> {
+        match (&self.signing_keys, &self.signing_secret) {
+            (Some(keys), _) => keys.first().map(|k| Signer {
+                key_id: Some(k.id.clone()),
+                secret: k.secret.clone(),
+            }),
+            (None, Some(secret)) => Some(Signer {
+                key_id: None,
+                secret: secret.clone(),
+            }),
+            (None, None) => None,
+        }
+    }
+
+    /// The §6.4 checks of `signing_keys`.
+    fn validate_signing_keys(&self) -> Result<(), ConfigError> {
+        let Some(keys) = &self.signing_keys else {
+            return Ok(());
+        };
+        if self.signing_secret.is_some() {
+            return Err(invalid(
+                "nifi.signing_keys",
+                "set either nifi.signing_secret or nifi.signing_keys, not both \
+                 (signing_keys replaces signing_secret: to keep the current secret, make it an \
+                 entry of signing_keys with an id)",
+            ));
+        }
+        if keys.is_empty() {
+            return Err(invalid(
+                "nifi.signing_keys",
+                "is an empty list: give at least one {id, secret} (the first signs), or leave \
+                 it unset",
+            ));
+        }
+        for (i, k) in keys.iter().enumerate() {
+            if !is_signing_key_id(&k.id) {
+                return Err(invalid(
+                    &format!("nifi.signing_keys[{i}].id"),
+                    format!("{:?} must be 1..64 characters of [A-Za-z0-9._-]", k.id),
+                ));
+            }
+            if let Some(j) = keys[..i].iter().position(|o| o.id == k.id) {
+                return Err(invalid(
+                    &format!("nifi.signing_keys[{i}].id"),
+                    format!("{:?} is already the id of nifi.signing_keys[{j}]", k.id),
+                ));
+            }
+            if k.secret.is_empty() {
+                return Err(invalid(
+                    &format!("nifi.signing_keys[{i}].secret"),
+                    "must not be empty",
+                ));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Default for NifiConfig {
@@ -352,6 +496,7 @@ impl Default for NifiConfig {
             ca_bundle: None,
             timeout_seconds: 10.0,
             signing_secret: None,
+            signing_keys: None,
         }
     }
 }
@@ -732,6 +877,7 @@ impl Config {
         {
             return Err(invalid("nifi.receiver_url", problem));
         }
+        self.nifi.validate_signing_keys()?;
         if self.nifi.client_cert.is_some() != self.nifi.client_key.is_some() {
             return Err(invalid(
                 "nifi.client_cert",
@@ -1120,6 +1266,159 @@ mod tests {
                 .unwrap();
             assert_eq!(c.nifi.signing_secret.as_deref(), Some(secret));
         }
+    }
+
+    /// §6.4 key rotation: the first key signs, with its id; from the file or from
+    /// `LCA_NIFI__SIGNING_KEYS` (a YAML list, as every other override).
+    #[test]
+    fn signing_keys_the_first_signs_with_its_id() {
+        let c = Config::from_sources(
+            &format!(
+                "{MINIMAL}nifi:\n  signing_keys:\n    - {{id: k-2026.12, secret: 'n3w s3cret'}}\n    - {{id: k_2026.06, secret: 0ld-s3cret}}\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let signer = c.nifi.signer().unwrap();
+        assert_eq!(signer.key_id.as_deref(), Some("k-2026.12"));
+        assert_eq!(signer.secret, "n3w s3cret");
+        assert_eq!(c.nifi.signing_keys.as_ref().unwrap().len(), 2);
+        let c = Config::from_sources(
+            MINIMAL,
+            &env(&[(
+                "LCA_NIFI__SIGNING_KEYS",
+                "- id: env-key\n  secret: \"123\"\n- {id: b, secret: x}\n",
+            )]),
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let signer = c.nifi.signer().unwrap();
+        assert_eq!(
+            (signer.key_id.as_deref(), signer.secret.as_str()),
+            (Some("env-key"), "123")
+        );
+        // signing_secret alone: no key id.
+        let c =
+            Config::from_sources(MINIMAL, &env(&[("LCA_NIFI__SIGNING_SECRET", "legacy")])).unwrap();
+        c.validate().unwrap();
+        assert_eq!(
+            c.nifi.signer(),
+            Some(Signer {
+                key_id: None,
+                secret: "legacy".into()
+            })
+        );
+        assert_eq!(
+            Config::from_sources(MINIMAL, &[]).unwrap().nifi.signer(),
+            None
+        );
+    }
+
+    /// Each mistake refuses to start naming the key, and no message (nor any Debug output)
+    /// carries a secret.
+    #[test]
+    fn signing_keys_mistakes_refuse_to_start_without_showing_a_secret() {
+        const SECRET: &str = "Sup3r-S3cret";
+        let check = |nifi: &str| -> String {
+            match Config::from_sources(&format!("{MINIMAL}nifi: {nifi}\n"), &[]) {
+                Ok(c) => c.validate().unwrap_err().to_string(),
+                Err(e) => e.to_string(),
+            }
+        };
+        for (nifi, key, says) in [
+            (
+                format!(
+                    "{{signing_secret: {SECRET}, signing_keys: [{{id: a, secret: {SECRET}}}]}}"
+                ),
+                "`nifi.signing_keys`",
+                "not both",
+            ),
+            (
+                "{signing_keys: []}".to_string(),
+                "`nifi.signing_keys`",
+                "empty list",
+            ),
+            (
+                format!("{{signing_keys: [{{id: 'a b', secret: {SECRET}}}]}}"),
+                "`nifi.signing_keys[0].id`",
+                "[A-Za-z0-9._-]",
+            ),
+            (
+                format!("{{signing_keys: [{{id: '', secret: {SECRET}}}]}}"),
+                "`nifi.signing_keys[0].id`",
+                "1..64",
+            ),
+            (
+                format!(
+                    "{{signing_keys: [{{id: {}, secret: {SECRET}}}]}}",
+                    "k".repeat(65)
+                ),
+                "`nifi.signing_keys[0].id`",
+                "1..64",
+            ),
+            (
+                format!(
+                    "{{signing_keys: [{{id: a, secret: {SECRET}}}, {{id: b, secret: x}}, {{id: a, secret: y}}]}}"
+                ),
+                "`nifi.signing_keys[2].id`",
+                "already the id of nifi.signing_keys[0]",
+            ),
+            (
+                "{signing_keys: [{id: a, secret: ''}]}".to_string(),
+                "`nifi.signing_keys[0].secret`",
+                "must not be empty",
+            ),
+            (
+                "{signing_keys: [{id: a, secret: 12345678}]}".to_string(),
+                "nifi.signing_keys[0].secret",
+                "must be a string, not a number",
+            ),
+            (
+                format!("{{signing_keys: [{{id: a, scret: {SECRET}}}]}}"),
+                "nifi.signing_keys[0]",
+                "unknown field",
+            ),
+        ] {
+            let e = check(&nifi);
+            assert!(e.contains(key) && e.contains(says), "{nifi}: {e}");
+            assert!(!e.contains(SECRET) && !e.contains("12345678"), "{e}");
+        }
+        // Through the environment too.
+        let e = Config::from_sources(
+            &format!("{MINIMAL}nifi: {{signing_secret: {SECRET}}}\n"),
+            &env(&[("LCA_NIFI__SIGNING_KEYS", "[{id: a, secret: b}]")]),
+        )
+        .unwrap()
+        .validate()
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("nifi.signing_keys") && !e.contains(SECRET),
+            "{e}"
+        );
+        let c = Config::from_sources(
+            &format!(
+                "{MINIMAL}nifi: {{signing_keys: [{{id: key-1, secret: {SECRET}}}]}}\nmonitor: {{}}\n"
+            ),
+            &[],
+        )
+        .unwrap();
+        for shown in [
+            format!("{c:?}"),
+            format!("{:?}", c.nifi.signer()),
+            format!(
+                "{:?}",
+                Config::from_sources(
+                    &format!("{MINIMAL}nifi: {{signing_secret: {SECRET}}}\n"),
+                    &[]
+                )
+                .unwrap()
+            ),
+        ] {
+            assert!(!shown.contains(SECRET), "{shown}");
+        }
+        assert!(format!("{c:?}").contains("key-1"));
     }
 
     #[test]

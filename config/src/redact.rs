@@ -221,11 +221,14 @@ impl Secrets {
         Secrets(Arc::new(all))
     }
 
-    /// The secrets of a configuration: the signing secret, the database passwords (of `url`,
+    /// The secrets of a configuration: the signing secret and every signing key's, the database passwords (of `url`,
     /// `migration_url` and `listen_dsn`) and the raw tokens `loadctl` reads (`monitor.*`).
     pub fn of_config(c: &crate::config::Config) -> Secrets {
         let mut values: Vec<String> = vec![];
         values.extend(c.nifi.signing_secret.clone());
+        for key in c.nifi.signing_keys.iter().flatten() {
+            values.push(key.secret.clone());
+        }
         for url in [
             &c.database.url,
             &c.database.migration_url,
@@ -447,6 +450,20 @@ mod tests {
         );
         // Too short to scrub without mangling the line.
         assert_eq!(s.scrub("abc"), "abc");
+    }
+
+    #[test]
+    fn every_signing_key_is_scrubbed_from_the_configuration() {
+        let c = crate::config::Config::from_sources(
+            "nifi:\n  signing_keys:\n    - {id: new, secret: n3w-s3cret}\n    - {id: old, secret: 0ld-s3cret}\n",
+            &[],
+        )
+        .unwrap();
+        let s = Secrets::of_config(&c);
+        assert_eq!(
+            s.scrub("signed with n3w-s3cret, once with 0ld-s3cret"),
+            "signed with ***, once with ***"
+        );
     }
 
     #[test]

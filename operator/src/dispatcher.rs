@@ -15,42 +15,25 @@ pub struct DispatcherConfig {
     pub listen_url: String,
     pub poll_interval: Duration,
     pub batch: i64,
-    pub signing_secret: Option<String>,
+    /// §6.4: the key each attempt is signed with (`nifi.signer()`), none: unsigned.
+    pub signer: Option<lcconfig::config::Signer>,
 }
 
 pub struct Dispatcher {
     pub ledger: Ledger,
-    pub client: reqwest::Client,
+    /// Swapped whole when the TLS files towards NiFi change ([`crate::nifi_tls`]).
+    pub client: crate::nifi_tls::NifiClient,
     pub config: DispatcherConfig,
     pub metrics: Arc<Metrics>,
     /// Told when a transaction finds this process fenced.
     pub deposed: crate::leadership::Deposed,
 }
 
-/// The NiFi HTTP client (§6.4): no redirects, HTTP/1.1, optional client certificate and CA bundle.
+/// The NiFi HTTP client (§6.4) of the files as they are now: no redirects, HTTP/1.1, optional
+/// client certificate and CA bundle. The running process follows the files with
+/// [`crate::nifi_tls::NifiClient`].
 pub fn http_client(c: &lcconfig::config::NifiConfig) -> anyhow::Result<reqwest::Client> {
-    let mut b = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .http1_only()
-        // PG-05 matches header names exactly (`X-Run-Id`, CONTRACT §12); hyper would send them
-        // in lower case.
-        .http1_title_case_headers()
-        .user_agent("load-control");
-    if let Some(ca) = &c.ca_bundle {
-        let pem = std::fs::read(ca)
-            .map_err(|e| anyhow::anyhow!("nifi.ca_bundle {}: {e}", ca.display()))?;
-        b = b.tls_certs_only(reqwest::Certificate::from_pem_bundle(&pem)?);
-    }
-    if let (Some(cert), Some(key)) = (&c.client_cert, &c.client_key) {
-        let mut pem = std::fs::read(cert)
-            .map_err(|e| anyhow::anyhow!("nifi.client_cert {}: {e}", cert.display()))?;
-        pem.extend(
-            std::fs::read(key)
-                .map_err(|e| anyhow::anyhow!("nifi.client_key {}: {e}", key.display()))?,
-        );
-        b = b.identity(reqwest::Identity::from_pem(&pem)?);
-    }
-    Ok(b.build()?)
+    crate::nifi_tls::TlsFiles::of(c).read_material()?.client()
 }
 
 /// `X-LCA-Signature`: lower-case hex HMAC-SHA256 over `<timestamp>.<raw body>` (§6.4).
@@ -93,6 +76,15 @@ impl Dispatcher {
 
     /// Leases and sends until nothing is due (or shutdown, or fenced).
     pub async fn scan(&self, fence: &Fence, shutdown: &watch::Receiver<bool>) {
+        if self.client.current().is_none() {
+            // The TLS files towards NiFi were never usable (logged and counted by the reload):
+            // the rows wait, PENDING, without spending attempts.
+            tracing::debug!(
+                event = "dispatch_waiting_for_tls",
+                "no usable NiFi TLS files yet"
+            );
+            return;
+        }
         while !*shutdown.borrow() {
             let leased = match self.ledger.lease_dispatches(fence, self.config.batch).await {
                 Ok(rows) => rows,
@@ -194,22 +186,31 @@ impl Dispatcher {
 
     async fn send(&self, d: &LeasedDispatch, req: &ledger::DispatchRequest) -> SendOutcome {
         let body = serde_json::to_vec(&req.body).expect("a JSON value serializes");
+        let Some(client) = self.client.current() else {
+            return SendOutcome::Retryable {
+                http_status: None,
+                error: "no usable NiFi TLS files (nifi.client_cert, client_key, ca_bundle)".into(),
+            };
+        };
         tracing::info!(event = "dispatch_sending", url = %req.url, body = %req.body, "sending dispatch");
-        let mut http = self
-            .client
+        let mut http = client
             .post(&req.url)
             .timeout(Duration::from_secs_f64(req.settings.timeout_seconds))
             .header("Content-Type", "application/json")
             .header("X-Run-Id", d.run_id.to_string())
             .header("X-Dispatch-Id", d.dispatch_id.to_string());
-        if let Some(secret) = &self.config.signing_secret {
+        if let Some(signer) = &self.config.signer {
             let ts = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map(|t| t.as_secs())
                 .unwrap_or(0);
+            if let Some(id) = &signer.key_id {
+                // §6.4 key rotation: which of the receiver's keys checks this signature.
+                http = http.header("X-LCA-Key-Id", id);
+            }
             http = http
                 .header("X-LCA-Timestamp", ts.to_string())
-                .header("X-LCA-Signature", signature(secret, ts, &body));
+                .header("X-LCA-Signature", signature(&signer.secret, ts, &body));
         }
         match http.body(body).send().await {
             Ok(res) => {

@@ -39,6 +39,11 @@ struct ControllerLabel {
     controller: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertLabel {
+    cert: &'static str,
+}
+
 fn reconcile_histogram() -> Histogram {
     Histogram::new([
         0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -60,6 +65,9 @@ pub struct Metrics {
     mxid_age: Gauge,
     orphan_undecided: Gauge,
     orphans_removed: Counter,
+    certificate_expiry: Family<CertLabel, Gauge>,
+    certificate_reload: Family<CertLabel, Gauge>,
+    certificate_reload_failures: Family<CertLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -81,6 +89,9 @@ impl Default for Metrics {
             mxid_age: Default::default(),
             orphan_undecided: Default::default(),
             orphans_removed: Default::default(),
+            certificate_expiry: Default::default(),
+            certificate_reload: Default::default(),
+            certificate_reload_failures: Default::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -144,6 +155,21 @@ impl Default for Metrics {
             "Ledger jobs the orphan sweep marked removed (their LoadJob confirmed gone)",
             m.orphans_removed.clone(),
         );
+        registry.register(
+            "lca_certificate_expiry_seconds",
+            "Unix time at which the certificate in use expires (its notAfter), by cert (nifi_client: the client certificate presented to NiFi)",
+            m.certificate_expiry.clone(),
+        );
+        registry.register(
+            "lca_certificate_last_reload_timestamp_seconds",
+            "Unix time the certificate files in use were (re)loaded, by cert",
+            m.certificate_reload.clone(),
+        );
+        registry.register(
+            "lca_certificate_reload_failures",
+            "Certificate files that could not be used (unreadable, or not a usable certificate and key): the previous ones stay in use",
+            m.certificate_reload_failures.clone(),
+        );
         Metrics { registry, ..m }
     }
 }
@@ -189,6 +215,28 @@ impl Metrics {
     pub fn orphan_sweep(&self, undecided: bool, removed: u64) {
         self.orphan_undecided.set(undecided as i64);
         self.orphans_removed.inc_by(removed);
+    }
+
+    /// Certificate files of `cert` now in use; `not_after` is the certificate's expiry (none:
+    /// only a CA bundle).
+    pub fn certificate_reloaded(&self, cert: &'static str, not_after: Option<i64>) {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs() as i64);
+        self.certificate_reload
+            .get_or_create(&CertLabel { cert })
+            .set(now);
+        if let Some(t) = not_after {
+            self.certificate_expiry
+                .get_or_create(&CertLabel { cert })
+                .set(t);
+        }
+    }
+
+    pub fn certificate_reload_failed(&self, cert: &'static str) {
+        self.certificate_reload_failures
+            .get_or_create(&CertLabel { cert })
+            .inc();
     }
 
     pub fn leading(&self, yes: bool) {

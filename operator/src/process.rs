@@ -1,6 +1,6 @@
 //! Wiring of the standalone operator process: leadership loop, dispatcher, sweeper, and the
 //! `/healthz`, `/readyz`, `/metrics` listener. Used by `main` and by the tests.
-use crate::dispatcher::{Dispatcher, DispatcherConfig, http_client};
+use crate::dispatcher::{Dispatcher, DispatcherConfig};
 use crate::health::Health;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
@@ -127,9 +127,12 @@ impl Operator {
         let metrics = Arc::new(Metrics::default());
         let health = Health::new(metrics.clone());
         let deposed = crate::leadership::Deposed::default();
+        // TLS files that cannot be used are waited out (logged and counted), never a reason to
+        // exit: the api-server beside this process stays in the Service.
+        let nifi_client = crate::nifi_tls::NifiClient::load(&config.nifi, metrics.clone());
         let dispatcher = Arc::new(Dispatcher {
             ledger: ledger.clone(),
-            client: http_client(&config.nifi)?,
+            client: nifi_client.clone(),
             config: DispatcherConfig {
                 listen_url: config
                     .database
@@ -138,7 +141,7 @@ impl Operator {
                     .unwrap_or_else(|| config.database_url()),
                 poll_interval: config.dispatch.poll_interval.0,
                 batch: config.dispatch.batch as i64,
-                signing_secret: config.nifi.signing_secret.clone(),
+                signer: config.nifi.signer(),
             },
             metrics: metrics.clone(),
             deposed: deposed.clone(),
@@ -173,6 +176,21 @@ impl Operator {
             "dispatcher",
             Box::new(move || Box::pin(dispatcher.clone().run(fence.clone(), shutdown.clone()))),
         );
+        // Followed whether or not this process leads, so that a new leader sends with the
+        // current files.
+        if nifi_client.follows_files() {
+            let shutdown = op.shutdown.subscribe();
+            op.supervise(
+                "nifi_tls_reload",
+                Box::new(move || {
+                    Box::pin(
+                        nifi_client
+                            .clone()
+                            .watch(crate::nifi_tls::POLL_INTERVAL, shutdown.clone()),
+                    )
+                }),
+            );
+        }
         let (fence, shutdown) = (op.fence.clone(), op.shutdown.subscribe());
         op.supervise(
             "sweeper",

@@ -71,6 +71,10 @@ async fn a_2xx_marks_the_row_sent_and_the_request_is_exactly_the_contracts() {
         r.headers["x-lca-signature"].to_str().unwrap(),
         lcoperator::dispatcher::signature("s3cret", ts, &r.raw)
     );
+    assert!(
+        !r.headers.contains_key("x-lca-key-id"),
+        "signing_secret has no key id"
+    );
     let (status, http, sent): (String, Option<i32>, bool) =
         sqlx::query_as("SELECT status, last_http_status, sent_at IS NOT NULL FROM nifi_ops.load_dispatch WHERE dispatch_id = $1")
             .bind(dispatch)
@@ -438,5 +442,154 @@ async fn the_request_bytes_pass_a_receiver_as_strict_as_nifi() {
         .await
         .as_deref(),
         Some("SENT")
+    );
+}
+
+async fn status_of(env: &Env, run: Uuid) -> (String, i32, Option<i32>) {
+    sqlx::query_as(
+        "SELECT status, attempt_count, last_http_status FROM nifi_ops.load_dispatch WHERE run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap()
+}
+
+/// Leases what is due and delivers the run's dispatch with `dispatcher`.
+async fn deliver_due(
+    env: &Env,
+    fence: &ledger::Fence,
+    dispatcher: lcoperator::dispatcher::Dispatcher,
+    run: Uuid,
+) {
+    let rows = leased(env, fence).await;
+    let row = rows
+        .iter()
+        .find(|r| r.run_id == run)
+        .expect("the run's dispatch is due");
+    dispatcher.deliver(fence, row).await;
+}
+
+/// CONTRACT §6.4 key rotation, against PG-05 checking signatures as docs/nifi.md tells it to
+/// (e2e's strict receiver, real HTTP): the receiver holds {old, new} and the dispatcher signs with
+/// `signing_keys: [new, old]` → accepted with `X-Lca-Key-Id: new`; a receiver that holds only the
+/// old key refuses the new one with 503 (the dispatch stays PENDING and is retried) and accepts the
+/// retry once it is given the new key; a known id with the wrong secret is a 401 (DEAD at once);
+/// a sender still on `signing_secret` (no key id) is checked against every key held.
+#[tokio::test]
+async fn a_key_rotation_is_accepted_by_key_id_and_an_unknown_key_is_retried() {
+    use e2e::nifi::receiver::{Behaviour, Receiver, SigningKeys};
+    const OLD: (&str, &str) = ("k-2026.06", "old-s3cret-0606");
+    const NEW: (&str, &str) = ("k-2026.12", "new-s3cret-1212");
+    let pg05_keys = SigningKeys::new(&[OLD, NEW]);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pg05 = Receiver::start(
+        "127.0.0.1:0",
+        "",
+        Behaviour {
+            signing_keys: pg05_keys.clone(),
+            ..Default::default()
+        },
+        tx,
+    )
+    .await
+    .unwrap();
+    let env = Env::start(|c| {
+        c.nifi.receiver_url = Some(format!("http://{}", pg05.addr));
+        c.nifi.signing_keys = Some(
+            [NEW, OLD]
+                .iter()
+                .map(|(id, secret)| lcconfig::config::SigningKey {
+                    id: id.to_string(),
+                    secret: secret.to_string(),
+                })
+                .collect(),
+        );
+    })
+    .await;
+    env.config.validate().unwrap();
+    let fence = env.fence().await;
+    let received = |rx: &mut tokio::sync::mpsc::UnboundedReceiver<
+        e2e::nifi::receiver::Dispatch,
+    >| { rx.try_recv().ok() };
+
+    // 1. PG-05 holds {old, new}; the dispatcher signs with the first of [new, old].
+    let (run1, dispatch1) = env.validated("ROT-1").await;
+    deliver_due(&env, &fence, env.dispatcher(&env.ledger), run1).await;
+    let got = tokio::time::timeout(Duration::from_secs(5), rx.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (got.dispatch_id, got.key_id.as_deref()),
+        (dispatch1, Some(NEW.0))
+    );
+    assert_eq!(status_of(&env, run1).await, ("SENT".into(), 1, Some(202)));
+    let head = pg05
+        .stats
+        .lock()
+        .unwrap()
+        .first_request_head
+        .clone()
+        .unwrap();
+    assert!(
+        head.contains(&format!("\r\nX-Lca-Key-Id: {}\r\n", NEW.0)),
+        "the key id is sent under the name PG-05 reads:\n{head}"
+    );
+
+    // 2. PG-05 holds only the old key (the rotation's first step not done): 503, retried.
+    pg05_keys.set(&[OLD]);
+    let (run2, dispatch2) = env.validated("ROT-2").await;
+    deliver_due(&env, &fence, env.dispatcher(&env.ledger), run2).await;
+    assert_eq!(
+        status_of(&env, run2).await,
+        ("PENDING".into(), 1, Some(503))
+    );
+    assert!(received(&mut rx).is_none(), "not accepted");
+    let refused = pg05.stats.lock().unwrap().signature_refused.clone();
+    assert!(
+        refused.len() == 1 && refused[0].contains(&format!("unknown key id \"{}\"", NEW.0)),
+        "{refused:?}"
+    );
+    // ... PG-05 is given the new key; the retry (made due now) is accepted.
+    pg05_keys.set(&[OLD, NEW]);
+    env.exec(
+        "UPDATE nifi_ops.load_dispatch SET next_attempt_at = now() WHERE run_id = $1",
+        run2,
+    )
+    .await;
+    deliver_due(&env, &fence, env.dispatcher(&env.ledger), run2).await;
+    assert_eq!(status_of(&env, run2).await, ("SENT".into(), 2, Some(202)));
+    let got = received(&mut rx).expect("the retry was accepted");
+    assert_eq!(
+        (got.dispatch_id, got.key_id.as_deref()),
+        (dispatch2, Some(NEW.0))
+    );
+
+    // 3. A key id PG-05 holds, signed with another secret: 401, DEAD at once.
+    let (run3, _) = env.validated("ROT-3").await;
+    let mut forged = env.dispatcher(&env.ledger);
+    forged.config.signer = Some(lcconfig::config::Signer {
+        key_id: Some(OLD.0.into()),
+        secret: "not-the-old-secret".into(),
+    });
+    deliver_due(&env, &fence, forged, run3).await;
+    assert_eq!(status_of(&env, run3).await, ("DEAD".into(), 1, Some(401)));
+    assert_eq!(env.events(run3, "DISPATCH_DEAD").await, 1);
+
+    // 4. A sender still on `signing_secret` (no key id), with the old secret: accepted.
+    let (run4, dispatch4) = env.validated("ROT-4").await;
+    let mut legacy = env.dispatcher(&env.ledger);
+    legacy.config.signer = Some(lcconfig::config::Signer {
+        key_id: None,
+        secret: OLD.1.into(),
+    });
+    deliver_due(&env, &fence, legacy, run4).await;
+    assert_eq!(status_of(&env, run4).await, ("SENT".into(), 1, Some(202)));
+    let got = received(&mut rx).expect("accepted");
+    assert_eq!((got.dispatch_id, got.key_id), (dispatch4, None));
+    assert!(
+        pg05.stats.lock().unwrap().rejected.is_empty(),
+        "every request was well-formed"
     );
 }

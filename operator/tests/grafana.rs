@@ -130,6 +130,8 @@ async fn exposed_by_both() -> BTreeSet<String> {
     m.task_restarted("loadrun_mirror");
     m.kubernetes_access(true);
     m.reconciled("loadrun_mirror", "transient", 0.1);
+    m.certificate_reloaded("nifi_client", Some(1_893_456_000));
+    m.certificate_reload_failed("nifi_client");
     let operator_text = m.render();
     // The api-server's certificate series, as an installation with TLS has them.
     let tls = load_control_api::metrics::Metrics::default();

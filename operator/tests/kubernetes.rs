@@ -1323,6 +1323,70 @@ fn the_chart_takes_credentials_from_secrets_only() {
     }
 }
 
+/// §6.4 key rotation: `secrets.signingKeys` reaches the operator alone as
+/// `LCA_NIFI__SIGNING_KEYS` from its Secret, never the ConfigMap; with the signing secret too, or
+/// written into `config`, the install fails naming the value to use.
+#[test]
+fn the_signing_keys_come_from_their_secret_into_the_operator_only() {
+    let docs = template_docs(&["secrets.signingKeys.existingSecret=lc-keys"]);
+    let containers = docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]
+        ["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let keys_env = |name: &str| -> Option<serde_yaml::Value> {
+        containers.iter().find(|c| c["name"] == name).unwrap()["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == "LCA_NIFI__SIGNING_KEYS")
+            .cloned()
+    };
+    let op = keys_env("operator").expect("the operator gets the keys");
+    assert_eq!(op["valueFrom"]["secretKeyRef"]["name"], "lc-keys");
+    assert_eq!(op["valueFrom"]["secretKeyRef"]["key"], "signing-keys.yaml");
+    assert!(
+        keys_env("api-server").is_none(),
+        "the api-server never signs"
+    );
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lc-load-control")
+        .unwrap();
+    assert!(
+        !cm["data"]["config.yaml"]
+            .as_str()
+            .unwrap()
+            .contains("signing")
+    );
+    for (set, says) in [
+        (
+            "secrets.signingSecret.existingSecret=lc-signing",
+            "secrets.signingSecret and secrets.signingKeys must not both be set",
+        ),
+        ("config.nifi.signing_keys[0].id=a", "secrets.signingKeys"),
+    ] {
+        let refused = kubetest::helm_offline()
+            .args([
+                "template",
+                "lc",
+                &chart_dir(),
+                "--set",
+                "secrets.signingKeys.existingSecret=lc-keys",
+                "--set",
+                set,
+            ])
+            .output()
+            .unwrap();
+        assert!(!refused.status.success(), "{set}");
+        assert!(
+            String::from_utf8_lossy(&refused.stderr).contains(says),
+            "{set}: {}",
+            String::from_utf8_lossy(&refused.stderr)
+        );
+    }
+}
+
 /// The operator's rights are what it calls and no more: it creates LoadRuns, patches their status
 /// (server-side apply on `loadruns/status`) and deletes them past retention, but never patches a
 /// LoadRun itself (its spec is the user's); LoadJobs are read, their finalizer (metadata) and

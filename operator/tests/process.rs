@@ -494,3 +494,200 @@ async fn an_operator_outside_the_schema_range_neither_leads_nor_is_ready() {
         );
     }
 }
+
+/// The output of `cmd`, killed if it has not exited within `limit` (a process that should refuse
+/// to start but does not must fail the test, not hang it).
+fn output_within(mut cmd: Command, limit: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    if child.try_wait().unwrap().is_none() {
+        let _ = child.kill();
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// §6.4 key rotation through the binary, configured as the chart does it (`LCA_NIFI__SIGNING_KEYS`
+/// from a Secret): the operator signs with the first key and sends its id, and PG-05 (the strict
+/// receiver holding both keys) accepts; neither secret reaches the log, even at DEBUG. Each
+/// mistake in the keys refuses to start with a configuration error naming the key: exit status 1,
+/// no panic, no secret on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_signs_with_the_first_key_from_the_environment() {
+    use e2e::nifi::receiver::{Behaviour, Receiver, SigningKeys};
+    const NEW: &str = "n3w-s3cret-from-env";
+    const OLD: &str = "0ld-s3cret-from-env";
+    let bin = env!("CARGO_BIN_EXE_load-control-operator");
+    let env = Env::start(|_| {}).await;
+    for (keys, secret, key) in [
+        (
+            format!("[{{id: a, secret: {NEW}}}, {{id: a, secret: {OLD}}}]"),
+            None,
+            "nifi.signing_keys[1].id",
+        ),
+        (
+            format!("[{{id: a, secret: {NEW}}}]"),
+            Some(OLD),
+            "nifi.signing_keys",
+        ),
+        ("[]".to_string(), None, "nifi.signing_keys"),
+        (
+            format!("[{{id: 'no spaces', secret: {NEW}}}]"),
+            None,
+            "nifi.signing_keys[0].id",
+        ),
+        (
+            "[{id: a, secret: 20261203}]".to_string(),
+            None,
+            "nifi.signing_keys[0].secret",
+        ),
+        (
+            "[{id: a, secret: ''}]".to_string(),
+            None,
+            "nifi.signing_keys[0].secret",
+        ),
+    ] {
+        let mut cmd = Command::new(bin);
+        cmd.args(["--standalone"])
+            .env("LCA_CONFIG", "/dev/null")
+            .env("DATABASE_URL", &env.db.url)
+            .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
+            .env("LCA_WORKER__METRICS_PORT", "null")
+            .env("LCA_NIFI__SIGNING_KEYS", &keys);
+        if let Some(s) = secret {
+            cmd.env("LCA_NIFI__SIGNING_SECRET", s);
+        }
+        let out = output_within(cmd, Duration::from_secs(20));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{keys}: {stderr}");
+        assert!(
+            stderr.contains("invalid configuration") && stderr.contains(&format!("`{key}`")),
+            "{keys}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("panicked")
+                && !stderr.contains(NEW)
+                && !stderr.contains(OLD)
+                && !stderr.contains("20261203"),
+            "{stderr}"
+        );
+    }
+
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pg05 = Receiver::start(
+        "127.0.0.1:0",
+        "",
+        Behaviour {
+            signing_keys: SigningKeys::new(&[("k-old", OLD), ("k-new", NEW)]),
+            ..Default::default()
+        },
+        tx,
+    )
+    .await
+    .unwrap();
+    let (_, dispatch) = env.validated("BIN").await;
+    let log = std::env::temp_dir().join(format!("op-{}.log", uuid::Uuid::new_v4().simple()));
+    let mut child = Command::new(bin)
+        .args(["--standalone"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &env.db.url)
+        .env("LCA_NIFI__RECEIVER_URL", format!("http://{}", pg05.addr))
+        .env("LCA_WORKER__METRICS_PORT", "null")
+        .env("LCA_LOGGING__LEVEL", "DEBUG")
+        .env(
+            "LCA_NIFI__SIGNING_KEYS",
+            format!("- id: k-new\n  secret: {NEW}\n- id: k-old\n  secret: {OLD}\n"),
+        )
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(30), rx.recv()).await;
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    let status = child.wait().unwrap();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    let got = got.expect("PG-05 accepted a dispatch within 30 s").unwrap();
+    assert_eq!(
+        (got.dispatch_id, got.key_id.as_deref()),
+        (dispatch, Some("k-new"))
+    );
+    assert!(status.success(), "{status:?}");
+    assert!(
+        pg05.stats.lock().unwrap().signature_refused.is_empty(),
+        "{:?}",
+        pg05.stats.lock().unwrap().signature_refused
+    );
+    assert!(text.contains("dispatch_sent"), "{text}");
+    assert!(!text.contains(NEW) && !text.contains(OLD), "{text}");
+}
+
+/// NiFi TLS files that cannot be read (a Secret not mounted yet, a rotation half done) are no
+/// reason to exit (issue 28 item 2): the binary stays up, healthy, says why in its metrics, and
+/// its container never takes the api-server beside it out of the Service.
+#[tokio::test]
+async fn the_binary_waits_out_unreadable_nifi_tls_files() {
+    let env = Env::start(|_| {}).await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let missing = std::env::temp_dir().join(format!("absent-{}", uuid::Uuid::new_v4().simple()));
+    let mut child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &env.db.url)
+        .env("LCA_NIFI__RECEIVER_URL", "https://127.0.0.1:9")
+        .env("LCA_NIFI__CLIENT_CERT", missing.join("tls.crt"))
+        .env("LCA_NIFI__CLIENT_KEY", missing.join("tls.key"))
+        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+        .env("LCA_WORKER__METRICS_PORT", port.to_string())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut metrics = String::new();
+    while Instant::now() < deadline {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the operator exited on unreadable TLS files"
+        );
+        if let Ok(r) = client
+            .get(format!("http://127.0.0.1:{port}/metrics"))
+            .send()
+            .await
+        {
+            metrics = r.text().await.unwrap();
+            if metrics.contains("lca_leader 1") {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let healthz = client
+        .get(format!("http://127.0.0.1:{port}/healthz"))
+        .send()
+        .await
+        .map(|r| r.status().as_u16());
+    let still_running = child.try_wait().unwrap().is_none();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(still_running, "the operator exited on unreadable TLS files");
+    assert_eq!(healthz.ok(), Some(200));
+    assert!(
+        metrics.contains("lca_certificate_reload_failures_total{cert=\"nifi_client\"} 1"),
+        "{metrics}"
+    );
+}

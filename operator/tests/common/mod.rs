@@ -141,12 +141,15 @@ impl Env {
     pub fn dispatcher(&self, ledger: &Ledger) -> Dispatcher {
         Dispatcher {
             ledger: ledger.clone(),
-            client: lcoperator::dispatcher::http_client(&self.config.nifi).unwrap(),
+            client: lcoperator::nifi_tls::NifiClient::load(
+                &self.config.nifi,
+                Arc::new(Metrics::default()),
+            ),
             config: DispatcherConfig {
                 listen_url: self.db.url.clone(),
                 poll_interval: Duration::from_secs(3600),
                 batch: 20,
-                signing_secret: self.config.nifi.signing_secret.clone(),
+                signer: self.config.nifi.signer(),
             },
             metrics: Arc::new(Metrics::default()),
             deposed: Default::default(),

@@ -116,6 +116,12 @@ struct RunArgs {
     pg05_refuse_first: usize,
     #[arg(long, default_value_t = 503)]
     pg05_refuse_status: u16,
+    /// PG-05 checks signatures (CONTRACT §6.4) with these keys, `ID=SECRET`, repeated or
+    /// comma-separated: by `X-Lca-Key-Id`, or with every key when a dispatch has none. Unset:
+    /// signatures are not checked.
+    #[arg(long, env = "NIFI_SIM_PG05_SIGNING_KEYS", hide_env_values = true, value_delimiter = ',',
+          value_parser = e2e::nifi::receiver::SigningKeys::parse_entry)]
+    pg05_signing_key: Vec<(String, String)>,
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
@@ -172,6 +178,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         delay: Duration::from_millis(a.pg05_delay_ms),
         refuse_first: a.pg05_refuse_first,
         refuse_status: a.pg05_refuse_status,
+        signing_keys: e2e::nifi::receiver::SigningKeys::from_entries(a.pg05_signing_key),
     };
     let sim = Simulation::start(
         api,
