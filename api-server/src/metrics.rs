@@ -48,9 +48,6 @@ pub struct Metrics {
     certificate_reload_failures: Family<CertLabel, Counter>,
     tokens_reloaded: FloatGauge,
     tokens_reload_failures: Counter,
-    /// notAfter (Unix seconds) of each certificate in use; the expiry gauge is computed from it
-    /// at each scrape.
-    certificate_not_after: std::sync::Mutex<Vec<(&'static str, i64)>>,
     /// Serializes the catch-up of the counters kept elsewhere (`catch_up`).
     catch_up_lock: std::sync::Mutex<()>,
 }
@@ -116,8 +113,8 @@ impl Default for Metrics {
         );
         let certificate_expiry = Family::<CertLabel, FloatGauge>::default();
         registry.register(
-            "lca_certificate_expiry_seconds",
-            "Seconds until the notAfter of the certificate in use (negative once expired)",
+            "lca_certificate_expiry_timestamp_seconds",
+            "When the certificate in use expires (its notAfter), Unix seconds, by cert (api: the API's server certificate); alert on it minus time()",
             certificate_expiry.clone(),
         );
         let certificate_reloaded = Family::<CertLabel, FloatGauge>::default();
@@ -151,7 +148,6 @@ impl Default for Metrics {
             certificate_expiry,
             certificate_reloaded,
             certificate_reload_failures,
-            certificate_not_after: Default::default(),
             requests,
             request_seconds,
             chunk_reports,
@@ -210,14 +206,9 @@ impl Metrics {
 
     /// A certificate was loaded (`cert`: `api`); `not_after` in Unix seconds.
     pub fn certificate_loaded(&self, cert: &'static str, not_after: i64) {
-        let mut known = self
-            .certificate_not_after
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match known.iter_mut().find(|(c, _)| *c == cert) {
-            Some(entry) => entry.1 = not_after,
-            None => known.push((cert, not_after)),
-        }
+        self.certificate_expiry
+            .get_or_create(&CertLabel { cert })
+            .set(not_after as f64);
         self.certificate_reloaded
             .get_or_create(&CertLabel { cert })
             .set(unix_now());
@@ -242,18 +233,6 @@ impl Metrics {
 
     /// Prometheus text exposition.
     pub fn render(&self) -> String {
-        {
-            let now = unix_now();
-            let known = self
-                .certificate_not_after
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            for (cert, not_after) in known.iter() {
-                self.certificate_expiry
-                    .get_or_create(&CertLabel { cert })
-                    .set(*not_after as f64 - now);
-            }
-        }
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.registry)
             .expect("writing to a String cannot fail");

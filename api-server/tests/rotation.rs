@@ -251,7 +251,8 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
     let fresh = client(&ca, true);
     assert_eq!(served(&fresh, &addr).await, ("api-one".into(), 1001));
     let m = metrics(&fresh, &addr).await;
-    let expiry = series(&m, "lca_certificate_expiry_seconds{cert=\"api\"}").expect(&m);
+    let expiry = series(&m, "lca_certificate_expiry_timestamp_seconds{cert=\"api\"}").expect(&m)
+        - unix_now();
     assert!(
         (9.0 * 86400.0..=10.0 * 86400.0).contains(&expiry),
         "expiry {expiry}"
@@ -346,7 +347,8 @@ async fn a_rotated_certificate_reaches_new_handshakes_and_a_broken_one_never_doe
     assert_eq!(served(&kept, &addr).await.0, "api-one");
 
     let m = metrics(&fresh, &addr).await;
-    let expiry = series(&m, "lca_certificate_expiry_seconds{cert=\"api\"}").unwrap();
+    let expiry =
+        series(&m, "lca_certificate_expiry_timestamp_seconds{cert=\"api\"}").unwrap() - unix_now();
     assert!(
         (29.0 * 86400.0..=30.0 * 86400.0).contains(&expiry),
         "expiry after the rotation {expiry}"
@@ -631,4 +633,11 @@ async fn an_unusable_tokens_file_at_start_refuses_the_start() {
             "{refused}"
         );
     }
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after 1970")
+        .as_secs_f64()
 }

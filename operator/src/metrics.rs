@@ -127,7 +127,7 @@ impl Default for Metrics {
         );
         registry.register(
             "lca_task_restarts",
-            "Restarts of a leader task (dispatcher, sweeper, loadjob_controller, loadrun_mirror) after it ended or panicked",
+            "Restarts of a supervised task (dispatcher, sweeper, loadjob_controller, loadrun_mirror, loadrun_listen, access_watch) after it ended or panicked",
             m.task_restarts.clone(),
         );
         registry.register(
@@ -156,7 +156,7 @@ impl Default for Metrics {
             m.orphans_removed.clone(),
         );
         registry.register(
-            "lca_certificate_expiry_seconds",
+            "lca_certificate_expiry_timestamp_seconds",
             "Unix time at which the certificate in use expires (its notAfter), by cert (nifi_client: the client certificate presented to NiFi)",
             m.certificate_expiry.clone(),
         );

@@ -206,7 +206,7 @@ async fn dispatch_one(env: &Env, client: &NifiClient, bk: &str) -> (String, i32)
         .unwrap()
 }
 
-const EXPIRY: &str = "lca_certificate_expiry_seconds{cert=\"nifi_client\"}";
+const EXPIRY: &str = "lca_certificate_expiry_timestamp_seconds{cert=\"nifi_client\"}";
 const RELOADED: &str = "lca_certificate_last_reload_timestamp_seconds{cert=\"nifi_client\"}";
 const FAILURES: &str = "lca_certificate_reload_failures_total{cert=\"nifi_client\"}";
 /// 2030-01-01T00:00:00Z and 2031-01-01T00:00:00Z.
