@@ -146,3 +146,16 @@ seccompProfile: {type: RuntimeDefault}
 {{- $_ := set $config "worker" (merge (dict "metrics_port" (int .Values.operator.metricsPort)) (get $config "worker" | default dict)) -}}
 {{- toYaml $config -}}
 {{- end -}}
+
+{{/* What every series the chart's monitors scrape carries besides namespace: release="<release>"
+     (helm release names are unique in a namespace), so the PrometheusRule's alerts of two
+     releases in one namespace never see each other's series. */}}
+{{- define "load-control.monitorRelabelings" -}}
+relabelings:
+  - {action: replace, targetLabel: release, replacement: {{ .Release.Name | quote }}}
+{{- end -}}
+
+{{/* The label selector every alert of the PrometheusRule uses: this release's series only. */}}
+{{- define "load-control.alertSelector" -}}
+{{ printf "namespace=%q, release=%q" .Release.Namespace .Release.Name }}
+{{- end -}}
