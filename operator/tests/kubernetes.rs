@@ -2337,3 +2337,274 @@ async fn crashed_kubernetes_tasks_are_restarted_and_the_mirror_follows_the_ledge
     }
     op.stop().await.unwrap();
 }
+
+/// `helm template lc` in namespace `ns` with `sets`: its documents, or helm's refusal.
+fn monitoring_render(release: &str, sets: &[&str]) -> Result<Vec<serde_yaml::Value>, String> {
+    let mut helm = kubetest::helm_offline();
+    helm.args(["template", release, &chart_dir(), "--namespace", "ns"]);
+    for set in sets {
+        helm.args(["--set", set]);
+    }
+    let out = helm.output().unwrap();
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8(out.stdout)
+        .unwrap()
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect())
+}
+
+/// The ServiceMonitor's endpoints, the PodMonitor's endpoints, and the Deployment's pod selector.
+struct Monitors {
+    api: Vec<serde_yaml::Value>,
+    operator: Vec<serde_yaml::Value>,
+    pod_monitor_selector: serde_yaml::Value,
+    deployment_selector: serde_yaml::Value,
+}
+
+fn monitors(release: &str, sets: &[&str]) -> Monitors {
+    let mut all = vec!["serviceMonitor.enabled=true"];
+    all.extend_from_slice(sets);
+    let docs = monitoring_render(release, &all).unwrap_or_else(|e| panic!("{e}"));
+    let one = |k: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == k)
+            .unwrap_or_else(|| panic!("no {k} rendered"))
+            .clone()
+    };
+    let (sm, pm) = (one("ServiceMonitor"), one("PodMonitor"));
+    Monitors {
+        api: sm["spec"]["endpoints"].as_sequence().unwrap().clone(),
+        operator: pm["spec"]["podMetricsEndpoints"]
+            .as_sequence()
+            .unwrap()
+            .clone(),
+        pod_monitor_selector: pm["spec"]["selector"]["matchLabels"].clone(),
+        deployment_selector: one("Deployment")["spec"]["selector"]["matchLabels"].clone(),
+    }
+}
+
+/// The value a monitor endpoint's relabelings give `label` as a constant (action replace, no
+/// source labels), if any.
+fn static_label(endpoint: &serde_yaml::Value, label: &str) -> Option<String> {
+    endpoint["relabelings"]
+        .as_sequence()?
+        .iter()
+        .find(|r| {
+            r["targetLabel"] == label
+                && r["sourceLabels"].is_null()
+                && (r["action"].is_null() || r["action"] == "replace")
+        })
+        .and_then(|r| r["replacement"].as_str().map(str::to_string))
+}
+
+/// The api-server's endpoint (port http) of the ServiceMonitor: exactly one.
+fn api_endpoint(m: &Monitors) -> serde_yaml::Value {
+    let http: Vec<_> = m.api.iter().filter(|e| e["port"] == "http").collect();
+    assert_eq!(http.len(), 1, "{:?}", m.api);
+    http[0].clone()
+}
+
+/// Each mode scrapes the operator the same way: its own plain-HTTP port (worker.metrics_port), on
+/// this release's Deployment pods only, labelled with the release; and only once (the
+/// ServiceMonitor does not scrape that port too, which would double every operator series).
+fn assert_operator_scraped_once(m: &Monitors, release: &str) {
+    assert_eq!(m.operator.len(), 1, "{:?}", m.operator);
+    let e = &m.operator[0];
+    assert_eq!(e["port"], "metrics");
+    assert_eq!(e["path"], "/metrics");
+    assert_eq!(e["scheme"], "http", "the operator's port is plain HTTP");
+    assert!(e["tlsConfig"].is_null());
+    assert_eq!(static_label(e, "release").as_deref(), Some(release));
+    assert_eq!(m.pod_monitor_selector, m.deployment_selector);
+    assert_eq!(
+        m.pod_monitor_selector["app.kubernetes.io/instance"],
+        release
+    );
+    assert!(
+        m.api.iter().all(|e| e["port"] != "metrics"),
+        "the operator's port is the PodMonitor's: {:?}",
+        m.api
+    );
+}
+
+/// Plain mode (no secrets.apiTls): the API is scraped over HTTP, without tlsConfig.
+#[test]
+fn monitoring_scrapes_plain_http_without_api_tls() {
+    let m = monitors("lc", &[]);
+    let api = api_endpoint(&m);
+    assert_eq!(api["scheme"], "http");
+    assert_eq!(api["path"], "/metrics");
+    assert!(api["tlsConfig"].is_null(), "{api:?}");
+    assert_eq!(static_label(&api, "release").as_deref(), Some("lc"));
+    assert_operator_scraped_once(&m, "lc");
+}
+
+/// API TLS: HTTPS, verified against the CA the user names (a Secret's or a ConfigMap's key) for
+/// the name in the API's certificate (the Service's DNS name unless given); no verification only
+/// when asked for explicitly; no client certificate unless given.
+#[test]
+fn monitoring_scrapes_https_with_the_named_ca_under_api_tls() {
+    let tls = "secrets.apiTls.existingSecret=lc-api-tls";
+    let m = monitors(
+        "lc",
+        &[
+            tls,
+            "serviceMonitor.tls.ca.secret=lc-api-tls",
+            "serviceMonitor.tls.ca.key=ca.crt",
+        ],
+    );
+    let api = api_endpoint(&m);
+    assert_eq!(api["scheme"], "https");
+    let t = &api["tlsConfig"];
+    assert_eq!(t["serverName"], "lc-load-control.ns.svc");
+    assert_eq!(t["ca"]["secret"]["name"], "lc-api-tls");
+    assert_eq!(t["ca"]["secret"]["key"], "ca.crt");
+    assert!(t["ca"]["configMap"].is_null());
+    assert!(t["insecureSkipVerify"].is_null(), "{t:?}");
+    assert!(t["cert"].is_null() && t["keySecret"].is_null(), "{t:?}");
+    assert_eq!(static_label(&api, "release").as_deref(), Some("lc"));
+    assert_operator_scraped_once(&m, "lc");
+
+    let m = monitors(
+        "lc",
+        &[
+            tls,
+            "serviceMonitor.tls.ca.configMap=trust-bundle",
+            "serviceMonitor.tls.ca.key=root.pem",
+            "serviceMonitor.tls.serverName=api.load-control.example",
+        ],
+    );
+    let t = &api_endpoint(&m)["tlsConfig"];
+    assert_eq!(t["serverName"], "api.load-control.example");
+    assert_eq!(t["ca"]["configMap"]["name"], "trust-bundle");
+    assert_eq!(t["ca"]["configMap"]["key"], "root.pem");
+    assert!(t["ca"]["secret"].is_null());
+
+    let m = monitors("lc", &[tls, "serviceMonitor.tls.insecureSkipVerify=true"]);
+    let api = api_endpoint(&m);
+    assert_eq!(api["scheme"], "https");
+    assert_eq!(api["tlsConfig"]["insecureSkipVerify"], true);
+    assert!(api["tlsConfig"]["ca"].is_null());
+}
+
+/// Client certificates required: HTTPS with the CA and Prometheus' own certificate and key from
+/// the Secret the user names (tlsConfig.cert, keySecret).
+#[test]
+fn monitoring_presents_the_named_client_certificate_under_mtls() {
+    let m = monitors(
+        "lc",
+        &[
+            "secrets.apiTls.existingSecret=lc-api-tls",
+            "secrets.apiTls.clientCaKey=client-ca.crt",
+            "secrets.apiTls.clientCertRequired=true",
+            "serviceMonitor.tls.ca.secret=lc-api-tls",
+            "serviceMonitor.tls.clientCert.secret=prometheus-lc-client",
+        ],
+    );
+    let api = api_endpoint(&m);
+    assert_eq!(api["scheme"], "https");
+    let t = &api["tlsConfig"];
+    assert_eq!(t["serverName"], "lc-load-control.ns.svc");
+    assert_eq!(t["ca"]["secret"]["name"], "lc-api-tls");
+    assert_eq!(t["ca"]["secret"]["key"], "ca.crt");
+    assert_eq!(t["cert"]["secret"]["name"], "prometheus-lc-client");
+    assert_eq!(t["cert"]["secret"]["key"], "tls.crt");
+    assert_eq!(t["keySecret"]["name"], "prometheus-lc-client");
+    assert_eq!(t["keySecret"]["key"], "tls.key");
+    assert!(t["insecureSkipVerify"].is_null());
+    assert_operator_scraped_once(&m, "lc");
+}
+
+/// A mode that needs a value the user did not give refuses to render, naming the value, instead of
+/// a ServiceMonitor that can never scrape.
+#[test]
+fn monitoring_refuses_to_render_without_what_its_tls_mode_needs() {
+    let tls = "secrets.apiTls.existingSecret=lc-api-tls";
+    let cases: [(&[&str], &[&str]); 3] = [
+        // HTTPS with no CA and no explicit insecureSkipVerify.
+        (
+            &[tls],
+            &["serviceMonitor.tls.ca.secret", "insecureSkipVerify"],
+        ),
+        // Client certificates required, none for Prometheus.
+        (
+            &[
+                tls,
+                "secrets.apiTls.clientCaKey=client-ca.crt",
+                "secrets.apiTls.clientCertRequired=true",
+                "serviceMonitor.tls.ca.secret=lc-api-tls",
+            ],
+            &["serviceMonitor.tls.clientCert.secret"],
+        ),
+        // Two CAs: which one would be meant is unclear.
+        (
+            &[
+                tls,
+                "serviceMonitor.tls.ca.secret=lc-api-tls",
+                "serviceMonitor.tls.ca.configMap=trust-bundle",
+            ],
+            &["serviceMonitor.tls.ca"],
+        ),
+    ];
+    for (sets, named) in cases {
+        let mut all = vec!["serviceMonitor.enabled=true"];
+        all.extend_from_slice(sets);
+        let refused = monitoring_render("lc", &all).err();
+        let stderr = refused.unwrap_or_else(|| panic!("{sets:?} rendered"));
+        for n in named {
+            assert!(stderr.contains(n), "{sets:?}: {stderr}");
+        }
+    }
+    // The same values without the ServiceMonitor render (the API's TLS itself needs none of them).
+    assert!(monitoring_render("lc", &[tls]).is_ok());
+}
+
+/// Two releases in one namespace: each release's monitors label its series with its own release,
+/// and every alert selects on the namespace and that release, so one release's series (a healthy
+/// leader, say) never hide the other's alert (NoLeader).
+#[test]
+fn two_releases_in_one_namespace_alert_on_their_own_series() {
+    let selector = regex::Regex::new(r"lca_[a-z_]+\{([^}]*)\}").unwrap();
+    let mut seen = Vec::new();
+    for release in ["a", "b"] {
+        let docs = monitoring_render(
+            release,
+            &["serviceMonitor.enabled=true", "prometheusRule.enabled=true"],
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let m = monitors(release, &[]);
+        assert_eq!(
+            static_label(&api_endpoint(&m), "release").as_deref(),
+            Some(release)
+        );
+        assert_operator_scraped_once(&m, release);
+        let rule = docs.iter().find(|d| d["kind"] == "PrometheusRule").unwrap();
+        let mut selectors = Vec::new();
+        for r in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
+            let expr = r["expr"].as_str().unwrap();
+            let sels: Vec<String> = selector
+                .captures_iter(expr)
+                .map(|c| c[1].replace(' ', ""))
+                .collect();
+            assert!(!sels.is_empty(), "{expr}");
+            for s in sels {
+                let labels: Vec<&str> = s.split(',').collect();
+                assert!(labels.contains(&"namespace=\"ns\""), "{expr}");
+                assert!(
+                    labels.contains(&format!("release=\"{release}\"").as_str()),
+                    "{} does not select release {release}: {expr}",
+                    r["alert"].as_str().unwrap()
+                );
+                selectors.push(s);
+            }
+        }
+        seen.push(selectors);
+    }
+    assert!(
+        seen[0].iter().all(|s| !seen[1].contains(s)),
+        "a selector of release a is also release b's: {seen:?}"
+    );
+}
