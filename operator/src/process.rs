@@ -62,6 +62,34 @@ type Running = Arc<std::sync::Mutex<HashMap<&'static str, tokio::task::AbortHand
 /// How a supervised task is started, anew after each failure.
 type TaskFactory = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 
+/// How long the leader tasks have, together, to stop once asked (a send in flight finishes within
+/// `nifi.timeout_seconds`, 10 s by default); the Lease's release follows, within the chart's 40 s
+/// grace period after the api-server's drain.
+const WORKERS_STOP_LIMIT: Duration = Duration::from_secs(15);
+
+/// Waits for every task at once, `limit` at most in all, and aborts those still running; how
+/// many were.
+pub async fn stop_all(workers: Vec<tokio::task::JoinHandle<()>>, limit: Duration) -> usize {
+    let aborts: Vec<_> = workers.iter().map(|w| w.abort_handle()).collect();
+    if tokio::time::timeout(limit, futures::future::join_all(workers))
+        .await
+        .is_ok()
+    {
+        return 0;
+    }
+    let late = aborts.iter().filter(|a| !a.is_finished()).count();
+    for a in &aborts {
+        a.abort();
+    }
+    tracing::warn!(
+        event = "shutdown_timeout",
+        tasks = late,
+        limit_s = limit.as_secs(),
+        "leader tasks did not stop in time; aborted"
+    );
+    late
+}
+
 /// Longest wait before a failed task is started again.
 const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
@@ -308,22 +336,12 @@ impl Operator {
         Ok(op)
     }
 
-    /// Stops the leader tasks (in-flight sends finish), then releases leadership.
+    /// Stops the leader tasks (in-flight sends finish), then releases leadership. The tasks
+    /// stop together within `WORKERS_STOP_LIMIT` in all, so that the Lease is given up well
+    /// inside the pod's grace period however many of them are slow.
     pub async fn stop(self) -> anyhow::Result<()> {
         let _ = self.shutdown.send(true);
-        for w in self.workers {
-            let abort = w.abort_handle();
-            if tokio::time::timeout(Duration::from_secs(15), w)
-                .await
-                .is_err()
-            {
-                abort.abort();
-                tracing::warn!(
-                    event = "shutdown_timeout",
-                    "a leader task did not stop in time"
-                );
-            }
-        }
+        stop_all(self.workers, WORKERS_STOP_LIMIT).await;
         let _ = self.release.send(true);
         self.task.await?
     }
@@ -467,5 +485,32 @@ async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
                 axum::Json(serde_json::json!({"status": "unavailable"})),
             )
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three tasks that never stop cost the limit once, not three times (a pod's grace period
+    /// holds however many tasks hang), and are aborted; tasks that stop in time cost nothing.
+    #[tokio::test(start_paused = true)]
+    async fn tasks_stop_together_within_one_limit() {
+        let hung: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(std::future::pending::<()>()))
+            .collect();
+        let aborts: Vec<_> = hung.iter().map(|h| h.abort_handle()).collect();
+        let began = tokio::time::Instant::now();
+        assert_eq!(stop_all(hung, Duration::from_secs(15)).await, 3);
+        assert_eq!(began.elapsed(), Duration::from_secs(15));
+        tokio::task::yield_now().await;
+        assert!(aborts.iter().all(|a| a.is_finished()), "all aborted");
+
+        let quick: Vec<_> = (1..=3)
+            .map(|i| tokio::spawn(tokio::time::sleep(Duration::from_secs(i))))
+            .collect();
+        let began = tokio::time::Instant::now();
+        assert_eq!(stop_all(quick, Duration::from_secs(15)).await, 0);
+        assert_eq!(began.elapsed(), Duration::from_secs(3));
     }
 }

@@ -2608,3 +2608,36 @@ fn two_releases_in_one_namespace_alert_on_their_own_series() {
         "a selector of release a is also release b's: {seen:?}"
     );
 }
+
+/// Graceful drain (issue 27 item 7): the api-server keeps serving for `api.drainSeconds` after
+/// its pod is marked for deletion (a preStop sleep: SIGTERM comes after it), the operator has no
+/// such delay (it serves no client), and the grace period leaves room for the drain, the leader
+/// tasks' stop (15 s at most) and the Lease's release.
+#[test]
+fn the_api_server_drains_before_it_stops_accepting() {
+    let containers = |sets: &[&str]| {
+        let docs = template_docs(sets);
+        let pod =
+            docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]["spec"]
+                .clone();
+        (
+            pod["terminationGracePeriodSeconds"].as_i64().unwrap(),
+            pod["containers"].as_sequence().unwrap().clone(),
+        )
+    };
+    let pre_stop = |c: &serde_yaml::Value| c["lifecycle"]["preStop"]["sleep"]["seconds"].as_i64();
+    let (grace, default) = containers(&[]);
+    let api = default.iter().find(|c| c["name"] == "api-server").unwrap();
+    let operator = default.iter().find(|c| c["name"] == "operator").unwrap();
+    assert_eq!(pre_stop(api), Some(5), "{api:?}");
+    assert_eq!(operator["lifecycle"], serde_yaml::Value::Null);
+    assert!(grace >= 5 + 15 + 10, "grace {grace}");
+    let (_, tuned) = containers(&["api.drainSeconds=12"]);
+    assert_eq!(
+        pre_stop(tuned.iter().find(|c| c["name"] == "api-server").unwrap()),
+        Some(12)
+    );
+    let (_, none) = containers(&["api.drainSeconds=0"]);
+    let api = none.iter().find(|c| c["name"] == "api-server").unwrap();
+    assert_eq!(api["lifecycle"], serde_yaml::Value::Null);
+}
