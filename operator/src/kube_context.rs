@@ -50,7 +50,7 @@ pub struct Context {
     pub recorder: Recorder,
     pub lease: Duration,
     /// What the LoadRun mirror should look at next.
-    pub mirror_queue: Arc<crate::loadrun_mirror::MirrorQueue>,
+    pub mirror_queue: Arc<crate::mirror_queue::MirrorQueue>,
     /// The namespaces whose LoadJobs and LoadRuns this installation owns.
     pub scope: crate::scope::WatchScope,
     /// Finished LoadRuns older than this are deleted (etcd does not grow without limit).

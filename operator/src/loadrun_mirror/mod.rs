@@ -13,13 +13,12 @@ use tokio::sync::watch;
 use uuid::Uuid;
 
 mod apply;
-mod queue;
 mod retention;
 mod status;
 mod store;
 
+pub use crate::mirror_queue::{MirrorQueue, listen_for_runs};
 pub use apply::mirror_retry_delay;
-pub use queue::{MirrorQueue, listen_for_runs};
 pub use retention::{past_retention, run_past_retention};
 pub use status::{phase_event, run_status};
 pub use store::{Applied, asks_for_action, compact, newest_known};
@@ -47,7 +46,7 @@ pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch
     let queue = ctx.mirror_queue.clone();
     // Owned by this loop: dropping it (the loop ends or its task is aborted) aborts them all.
     let mut wakers = tokio::task::JoinSet::new();
-    queue::spawn_wakers(&queue, ctx.fence.clone(), &mut wakers);
+    crate::mirror_queue::spawn_wakers(&queue, ctx.fence.clone(), &mut wakers);
     let stores = store::spawn_watches(&ctx, &queue, &mut wakers);
     // Until each store has listed once, a LoadRun missing from it may exist.
     let ready = async {

@@ -1,8 +1,8 @@
 //! The mirror's view of Kubernetes: reflector stores of the LoadRuns and (metadata only) LoadJobs
 //! it watches, the compact form it keeps of each LoadRun, and what it last applied. The pure
 //! parts are unit-tested.
-use super::queue::MirrorQueue;
 use crate::kube_context::Context;
+use crate::mirror_queue::MirrorQueue;
 use crds::{LoadJob, LoadRun, LoadRunStatus};
 use futures::StreamExt;
 use kube::ResourceExt;

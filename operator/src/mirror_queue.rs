@@ -1,3 +1,5 @@
+//! (Shared by the mirror and the Context every controller holds: a module of its own, so that the
+//! Context depends on no controller.)
 //! What wakes the mirror and what it looks at next: a NOTIFY naming a run, a LoadRun carrying a
 //! request, leadership won, or everything.
 use ledger::Fence;
@@ -13,9 +15,9 @@ use uuid::Uuid;
 /// newly applied LoadJob, the periodic resync).
 #[derive(Default)]
 pub struct MirrorQueue {
-    pub(super) runs: std::sync::Mutex<HashSet<Uuid>>,
-    pub(super) everything: AtomicBool,
-    pub(super) wake: Notify,
+    pub(crate) runs: std::sync::Mutex<HashSet<Uuid>>,
+    pub(crate) everything: AtomicBool,
+    pub(crate) wake: Notify,
 }
 
 impl MirrorQueue {
@@ -30,7 +32,7 @@ impl MirrorQueue {
     }
 
     /// Empties the queue: (a full pass is due, the single runs asked for).
-    pub(super) fn take(&self) -> (bool, Vec<Uuid>) {
+    pub(crate) fn take(&self) -> (bool, Vec<Uuid>) {
         let everything = self.everything.swap(false, Ordering::SeqCst);
         let runs = std::mem::take(&mut *self.runs.lock().expect("queue lock"));
         (everything, runs.into_iter().collect())
@@ -59,7 +61,7 @@ pub async fn listen_for_runs(queue: Arc<MirrorQueue>, listen_url: String) {
 
 /// Starts what wakes the mirror besides the watches and the LISTEN: leadership won. It belongs to
 /// `wakers`: dropping it stops it.
-pub(super) fn spawn_wakers(
+pub(crate) fn spawn_wakers(
     queue: &Arc<MirrorQueue>,
     fence: watch::Receiver<Option<Fence>>,
     wakers: &mut tokio::task::JoinSet<()>,
