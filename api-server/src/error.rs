@@ -202,7 +202,8 @@ impl From<LedgerError> for ApiError {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
                     .with_message("database error, retry later")
             }
-            e @ (L::Escalate | L::Corrupt(_) | L::Fenced { .. }) => {
+            // Only a leader's epoch bump or claim refresh is refused so; never an API request.
+            e @ (L::Escalate | L::Corrupt(_) | L::Fenced { .. } | L::OwnedByOther(_)) => {
                 tracing::error!(event = "internal_error", error = %e, "internal error");
                 ApiError::internal()
             }

@@ -74,6 +74,10 @@ pub enum LedgerError {
     /// readiness fails (`crate::schema`). The message names both versions and what to do.
     #[error("{0}")]
     SchemaUnsupported(crate::schema::SchemaMismatch),
+    /// Another installation (release) owns this ledger and refreshed its claim recently: this
+    /// process does not lead (`crate::ops::owner`). The message names both and what to do.
+    #[error("{0}")]
+    OwnedByOther(crate::ops::owner::OwnerConflict),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }

@@ -55,6 +55,8 @@ pub struct Ledger {
     pub(crate) retirement: Retirement,
     /// The last reading of the schema version (`crate::schema`).
     pub(crate) schema: crate::schema::SchemaGate,
+    /// The installation this process belongs to and the claim it last found (`ops::owner`).
+    pub(crate) owner: crate::ops::owner::OwnerGate,
 }
 
 impl Ledger {
@@ -69,6 +71,7 @@ impl Ledger {
             lock_wait: None,
             retirement,
             schema: Default::default(),
+            owner: Default::default(),
         }
     }
 

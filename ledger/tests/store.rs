@@ -33,7 +33,7 @@ async fn migrations_are_safe_twice_and_from_four_processes_at_once() {
     .fetch_one(&mut conn)
     .await
     .unwrap();
-    assert_eq!(tables, 9);
+    assert_eq!(tables, 10);
     let (applied,): (i64,) = sqlx::query_as("SELECT count(*) FROM _sqlx_migrations")
         .fetch_one(&mut conn)
         .await

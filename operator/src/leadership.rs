@@ -67,8 +67,10 @@ impl Leadership for AdvisoryLockLeadership {
                     // moving address, recovery, a failover): wait it out, never exit. The lock
                     // is given back so that the session it lives on is not trusted.
                     Err(e) => {
-                        tracing::warn!(event = "leader_epoch_error", error = %e,
-                            "holding the leader lock but cannot bump the epoch; releasing it and retrying");
+                        epoch_refused(
+                            &e,
+                            "holding the leader lock but cannot bump the epoch; releasing it and retrying",
+                        );
                         self.release().await;
                     }
                 },
@@ -107,6 +109,32 @@ impl Leadership for AdvisoryLockLeadership {
         }
     }
 }
+
+/// Logs why an epoch could not be bumped. Another installation owning the ledger is an error an
+/// operator must act on (two releases on one database): logged at error level with both
+/// installations and what to do, at most once per [`OWNED_LOG_EVERY`] (the refusal is retried every
+/// retry period); anything else is a warning.
+pub fn epoch_refused(e: &ledger::LedgerError, what: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    if let ledger::LedgerError::OwnedByOther(c) = e {
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        let last = LAST.load(Ordering::Relaxed);
+        if last == 0 || now.saturating_sub(last) >= OWNED_LOG_EVERY.as_secs() {
+            LAST.store(now.max(1), Ordering::Relaxed);
+            tracing::error!(event = "ledger_owned_by_other", owner = %c.owner, ours = %c.ours,
+                database = %c.database, error = %e,
+                "not leading: another load-control release owns this ledger database; retrying until its claim goes stale");
+        }
+    } else {
+        tracing::warn!(event = "leader_epoch_error", error = %e, "{what}");
+    }
+}
+
+/// How often the refusal of [`epoch_refused`] is logged again while it lasts.
+pub const OWNED_LOG_EVERY: Duration = Duration::from_secs(30);
 
 /// `hostname:pid` plus a random suffix, so two processes never share an identity.
 pub fn default_identity() -> String {

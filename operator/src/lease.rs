@@ -389,7 +389,10 @@ impl Leadership for KubeLeaseLeadership {
                         Some(Err(e)) => {
                             // No epoch, no leadership: hand the Lease on at once rather than
                             // hold it idle until it expires.
-                            tracing::warn!(event = "leader_epoch_error", error = %e, "won the Lease but could not bump the epoch; releasing it");
+                            crate::leadership::epoch_refused(
+                                &e,
+                                "won the Lease but could not bump the epoch; releasing it",
+                            );
                             self.release().await;
                         }
                         None => {

@@ -54,6 +54,16 @@ struct Cli {
     /// namespace need two names; the chart derives it from the release name.
     #[arg(long, env = "LC_LEASE_NAME", default_value = lcoperator::lease::LEASE_NAME)]
     lease_name: String,
+    /// This installation's identity in the ledger (two releases must not share one ledger
+    /// database: the second is refused, see docs/operations.md). Default: `<namespace>/<lease
+    /// name>` under Kubernetes, `standalone` in standalone mode.
+    #[arg(long, env = "LC_INSTALLATION", value_name = "NAME")]
+    installation: Option<String>,
+    /// How long a lease-holding release's claim on the ledger outlives its last refresh before
+    /// another installation may take the ledger over. Default: 3 × the lease duration, at least
+    /// 60 s.
+    #[arg(long, env = "LC_LEDGER_OWNER_STALE", value_parser = parse_duration_arg)]
+    ledger_owner_stale: Option<std::time::Duration>,
     /// How long a candidate waits for an unchanged Lease before taking it (whole seconds).
     #[arg(long, env = "LC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg)]
     lease_duration: std::time::Duration,
@@ -173,6 +183,17 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         config.ledger_config(),
     )
     .context("the database URL")?;
+    let installation = cli.installation.clone().unwrap_or_else(|| {
+        if cli.standalone {
+            "standalone".to_string()
+        } else {
+            format!("{}/{}", cli.namespace, lease.name)
+        }
+    });
+    let owner_stale = cli
+        .ledger_owner_stale
+        .unwrap_or_else(|| (lease.duration * 3).max(ledger::MIN_OWNER_STALE));
+    let ledger = ledger.with_installation(&installation, owner_stale);
     // Whether this binary runs on the ledger's schema, said at once; until it does, readiness
     // fails and no leader write (the epoch first) is made.
     tokio::spawn({
@@ -221,7 +242,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     } else {
         "kubernetes"
     };
-    tracing::info!(event = "operator_started", identity = %identity, mode, "operator process started");
+    tracing::info!(event = "operator_started", identity = %identity, installation = %installation, mode, "operator process started");
     tokio::select! {
         _ = shutdown_signal() => {}
         // Only the leader may write; if leadership handling dies, so does the process.

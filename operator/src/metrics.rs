@@ -57,6 +57,7 @@ pub struct Metrics {
     active_runs: Family<StatusLabel, Gauge>,
     sweeper_actions: Family<RuleLabel, Counter>,
     leader: Gauge,
+    owned_by_other: Gauge,
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_seconds: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     task_restarts: Family<TaskLabel, Counter>,
@@ -79,6 +80,7 @@ impl Default for Metrics {
             active_runs: Default::default(),
             sweeper_actions: Default::default(),
             leader: Default::default(),
+            owned_by_other: Default::default(),
             reconciles: Default::default(),
             reconcile_seconds: Family::new_with_constructor(
                 reconcile_histogram as fn() -> Histogram,
@@ -115,6 +117,11 @@ impl Default for Metrics {
             m.sweeper_actions.clone(),
         );
         registry.register("lca_leader", "1 while this process leads", m.leader.clone());
+        registry.register(
+            "lca_ledger_owned_by_other",
+            "1 while another load-control release (installation) owns this ledger database: this one does not lead (give each release its own database)",
+            m.owned_by_other.clone(),
+        );
         registry.register(
             "lca_reconcile",
             "Kubernetes reconciles by controller (loadjob, loadrun_mirror) and result (ok, or the error class: invalid, conflict, transient, not_leading)",
@@ -241,6 +248,11 @@ impl Metrics {
 
     pub fn leading(&self, yes: bool) {
         self.leader.set(yes as i64);
+    }
+
+    /// Whether another installation's fresh claim owns the ledger (`lca_ledger_owned_by_other`).
+    pub fn owned_by_other(&self, yes: bool) {
+        self.owned_by_other.set(yes as i64);
     }
 
     /// Zero-filled: PENDING/SENT/DEAD and all 17 run statuses always appear.

@@ -175,7 +175,7 @@ impl Operator {
             deposed: deposed.clone(),
         });
         let sweeper = Arc::new(Sweeper {
-            ledger,
+            ledger: ledger.clone(),
             interval: config.recovery.sweeper_interval.0,
             metrics: metrics.clone(),
             deposed: deposed.clone(),
@@ -189,6 +189,7 @@ impl Operator {
             fence: fence_rx,
             task: tokio::spawn(lead(
                 leadership,
+                ledger.clone(),
                 fence_tx,
                 release_rx,
                 deposed,
@@ -397,6 +398,7 @@ impl Operator {
 /// the fence of a new acquisition, with a new epoch.
 async fn lead<L: Leadership>(
     mut leadership: L,
+    ledger: Ledger,
     fence_tx: watch::Sender<Option<Fence>>,
     mut release: watch::Receiver<bool>,
     deposed: crate::leadership::Deposed,
@@ -413,6 +415,11 @@ async fn lead<L: Leadership>(
         let stop = tokio::select! {
             _ = leadership.lost() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "leadership lost"); false }
             _ = deposed.wait(fence.epoch) => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
+            e = keep_owning(&ledger, &fence, &deposed) => {
+                crate::leadership::epoch_refused(&e, "leadership lost");
+                tracing::warn!(event = "leader_lost", epoch = fence.epoch, error = %e, "the ledger's claim was lost");
+                false
+            }
             _ = release.wait_for(|s| *s) => true,
         };
         let _ = fence_tx.send(None);
@@ -425,6 +432,34 @@ async fn lead<L: Leadership>(
     leadership.release().await;
     tracing::info!(event = "leader_released", "leadership released");
     Ok(())
+}
+
+/// While leading: refreshes this installation's claim on the ledger every
+/// [`Ledger::owner_refresh_every`]. Resolves only when the claim is lost (another installation
+/// took the ledger over after ours went stale) or the refresh was fenced; other errors (the
+/// database away) are retried, as the renew deadline of the leadership itself governs those.
+async fn keep_owning(
+    ledger: &Ledger,
+    fence: &Fence,
+    deposed: &crate::leadership::Deposed,
+) -> ledger::LedgerError {
+    let Some(every) = ledger.owner_refresh_every() else {
+        return std::future::pending().await;
+    };
+    loop {
+        tokio::time::sleep(every).await;
+        match ledger.refresh_owner(fence).await {
+            Ok(()) => {}
+            Err(e @ ledger::LedgerError::OwnedByOther(_)) => return e,
+            Err(e @ ledger::LedgerError::Fenced { .. }) => {
+                deposed.report(fence.epoch);
+                return e;
+            }
+            Err(e) => {
+                tracing::warn!(event = "ledger_owner_refresh_error", error = %e, "refreshing the ledger's claim failed; retrying")
+            }
+        }
+    }
 }
 
 #[derive(Clone)]
@@ -458,6 +493,8 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
         .route(
             "/metrics",
             get(|State(s): State<HealthState>| async move {
+                s.metrics
+                    .owned_by_other(s.ledger.owner_conflict().is_some());
                 ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.render())
             }),
         )
@@ -469,6 +506,20 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
 }
 
 async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
+    // Another release owning the ledger is a condition waited out (never an exit): not ready,
+    // with the message naming both installations and what to do.
+    let owner = tokio::time::timeout(Duration::from_secs(2), s.ledger.check_owner()).await;
+    s.metrics
+        .owned_by_other(s.ledger.owner_conflict().is_some());
+    if let Ok(Err(e @ ledger::LedgerError::OwnedByOther(_))) = owner {
+        tracing::warn!(event = "readyz_failed", cause = %e, "not ready: another load-control release owns the ledger");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(
+                serde_json::json!({"status": "unavailable", "reason": "ledger_owned_by_other", "message": e.to_string()}),
+            ),
+        );
+    }
     match tokio::time::timeout(Duration::from_secs(2), s.ledger.write_check()).await {
         Ok(Ok(())) => (
             StatusCode::OK,

@@ -1,6 +1,6 @@
 //! Leadership epochs and the fence every leader transaction checks first (CONTRACT §1.8, §7.1).
 use crate::error::{LedgerError, LedgerResult};
-use crate::store::Ledger;
+use crate::store::{Ledger, transaction};
 use sqlx::PgConnection;
 
 /// The `leader_epoch` row of a deployment.
@@ -19,17 +19,22 @@ impl Ledger {
     /// leader's in-flight transactions (they hold the row FOR SHARE); none of its later ones can
     /// write once this commits.
     pub async fn acquire_epoch(&self, holder: &str) -> LedgerResult<Fence> {
-        // A binary that does not run on the schema never leads: a compatible one takes over.
-        self.admit_write().await?;
-        let (epoch,): (i64,) = sqlx::query_as(
-            "INSERT INTO nifi_ops.leader_epoch (name, epoch, holder) VALUES ($1, 1, $2) \
-             ON CONFLICT (name) DO UPDATE SET epoch = leader_epoch.epoch + 1, holder = EXCLUDED.holder, \
-                acquired_at = clock_timestamp() RETURNING epoch",
-        )
-        .bind(LEADER_NAME)
-        .bind(holder)
-        .fetch_one(&self.pool)
-        .await?;
+        // A binary that does not run on the schema never leads (the transaction begins with the
+        // schema check): a compatible one takes over. Nor does one of another installation while
+        // that installation's claim on the ledger is fresh (`super::owner`): nothing is bumped.
+        let epoch = transaction!(self, |conn| async {
+            super::owner::claim_in_tx(self, conn, holder).await?;
+            let (epoch,): (i64,) = sqlx::query_as(
+                "INSERT INTO nifi_ops.leader_epoch (name, epoch, holder) VALUES ($1, 1, $2) \
+                 ON CONFLICT (name) DO UPDATE SET epoch = leader_epoch.epoch + 1, holder = EXCLUDED.holder, \
+                    acquired_at = clock_timestamp() RETURNING epoch",
+            )
+            .bind(LEADER_NAME)
+            .bind(holder)
+            .fetch_one(&mut *conn)
+            .await?;
+            Ok(epoch)
+        })?;
         Ok(Fence {
             name: LEADER_NAME.to_string(),
             epoch,

@@ -11,6 +11,7 @@ pub mod leader;
 pub mod manifest;
 pub mod monitor;
 pub mod operator;
+pub mod owner;
 pub mod partition_fail;
 pub mod plans;
 pub mod publish;
