@@ -57,6 +57,15 @@ const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
         "deletes old events of cleaned-up runs, no state change",
     ),
     (
+        "check_owner",
+        "read-only (readiness: which installation owns the ledger)",
+    ),
+    (
+        "refresh_owner",
+        "refreshes the installation's claim on the ledger (fenced), no run state; the claim \
+         itself is taken inside the epoch bump, which the model's leadership covers",
+    ),
+    (
         "sweep_history",
         "deletes cleaned-up terminal runs past history_retention with all their rows (and old \
          run-less events); a deleted run has no transition left, no state change",
