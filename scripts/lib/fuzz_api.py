@@ -583,6 +583,11 @@ class Fuzzer:
                                            why=f"negative: path {name}"), *invalid, f"path.{name}"))
         for response, request, status, code, field in refused:
             self.stats[label]["negativeRefused"] += 1
+            if field:  # which fields were mutated, per operation (shown in its stats line)
+                named = field if isinstance(field, str) else min(field)
+                fields = self.stats[label].setdefault("fieldsMutated", [])
+                if named not in fields:
+                    fields.append(named)
             self.check_refusal(label, response, request, status, code, field)
         for why, fpath, fbody, statuses, fields in foreign:
             response = self.send(label, fpath if fpath is not None else path,
@@ -1029,6 +1034,7 @@ def main():
 
     uncovered = []
     for label, stats in fuzzer.stats.items():
+        stats["fieldsMutated"] = sorted(stats.get("fieldsMutated", []))
         print(json.dumps(stats), flush=True)
         if label in NO_INPUT:
             if stats["accepted"] < 1:
@@ -1045,6 +1051,7 @@ def main():
         "frontDoor": sum(s["frontDoor"] for s in fuzzer.stats.values()),
         "negativeRefused": sum(s["negativeRefused"] for s in fuzzer.stats.values()),
         "mutantsChecked": fuzzer.mutants,
+        "fieldsMutated": sum(len(s["fieldsMutated"]) for s in fuzzer.stats.values()),
         "wrongRefusals": fuzzer.mismatches,
         "refusals200Checked": fuzzer.refusals_checked,
         "schemaNegativeChecked": fuzzer.rejection_checked,
