@@ -534,6 +534,18 @@ class Fuzzer:
         if label == MANIFEST:
             out.append(("sourceMetricsVersion over 50 chars",
                         {**body, "sourceMetricsVersion": "v" * 51}, "$.sourceMetricsVersion"))
+            # §4.2: sourceMetrics maps 1..150-char keys to Message (≤ 2000 chars), ≤ 200 entries;
+            # the document calls it free-form, so these live only in the contract.
+            metrics = body.get("sourceMetrics") or {}
+            for why, key, value in (("a value over 2000 chars", "FUZZ_M", "9" * 2001),
+                                    ("a boolean value", "FUZZ_M", True),
+                                    ("an object value", "FUZZ_M", {}),
+                                    ("a key over 150 chars", "K" * 151, "1"),
+                                    ("an empty key", "", "1")):
+                out.append((f"sourceMetrics: {why}", {**body, "sourceMetrics": {**metrics, key: value}},
+                            f"$.sourceMetrics.{key}"))
+            many = {f"M{i}": "1" for i in range(201)}
+            out.append(("sourceMetrics: 201 entries", {**body, "sourceMetrics": many}, "$.sourceMetrics"))
         if label == PART_FAIL:
             out.append(("attempt over 2147483647", {**body, "attempt": 2**31}, "$.attempt"))
         for name, value in body.items():
