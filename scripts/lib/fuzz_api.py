@@ -1088,6 +1088,12 @@ def main():
         totals_scan = {"tokensSent": len(fuzzer.sent_tokens - fuzzer.other_values), "tokensInLog": len(leaked), "logBytes": len(log)}
         totals["logScan"] = totals_scan
         totals["failures"] = len(fuzzer.failures)
+    kinds = {}
+    for failure in fuzzer.failures:  # every failure counted by kind; the first 50 printed
+        kind = f"{failure['operation']}: {re.sub(r'[0-9a-f-]{36}', '…', str(failure['problem']))[:70]}"
+        kinds[kind] = kinds.get(kind, 0) + 1
+    if kinds:
+        totals["failureKinds"] = dict(sorted(kinds.items(), key=lambda kv: -kv[1])[:20])
     for failure in fuzzer.failures[:50]:
         print(json.dumps({"failure": failure}, default=str), flush=True)
     print(json.dumps({"summary": totals}), flush=True)
