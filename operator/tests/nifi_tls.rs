@@ -11,9 +11,9 @@ use lcoperator::nifi_tls::NifiClient;
 use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use testkit::SecretVolume;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
 use uuid::Uuid;
@@ -32,49 +32,6 @@ fn leaf(
     p.not_after = rcgen::date_time_ymd(until, 1, 1);
     let cert = p.signed_by(&key, &ca.issuer).unwrap();
     (cert.pem(), key.serialize_pem(), cert.der().clone())
-}
-
-/// A Secret volume as the kubelet writes it: the files in a timestamped directory, `..data`
-/// pointing at it, and each key a symlink through `..data`.
-struct SecretVolume {
-    dir: PathBuf,
-    version: u32,
-}
-
-impl SecretVolume {
-    fn new(files: &[(&str, &str)]) -> SecretVolume {
-        let dir = std::env::temp_dir().join(format!("nifi-tls-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let mut v = SecretVolume { dir, version: 0 };
-        v.swap(files);
-        for (name, _) in files {
-            std::os::unix::fs::symlink(format!("..data/{name}"), v.dir.join(name)).unwrap();
-        }
-        v
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    /// Writes a new version and swaps `..data` to it in one rename, as the kubelet does.
-    fn swap(&mut self, files: &[(&str, &str)]) {
-        self.version += 1;
-        let version = format!("..2026_12_03_{:02}", self.version);
-        std::fs::create_dir(self.dir.join(&version)).unwrap();
-        for (name, text) in files {
-            std::fs::write(self.dir.join(&version).join(name), text).unwrap();
-        }
-        let tmp = self.dir.join("..data_tmp");
-        std::os::unix::fs::symlink(&version, &tmp).unwrap();
-        std::fs::rename(&tmp, self.dir.join("..data")).unwrap();
-    }
-}
-
-impl Drop for SecretVolume {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
 }
 
 /// PG-05 over HTTPS requiring a client certificate from `client_ca`: answers 202 and closes the
@@ -227,11 +184,14 @@ async fn a_rotated_client_certificate_is_presented_by_the_next_dispatch() {
         ExtendedKeyUsagePurpose::ClientAuth,
         2030,
     );
-    let mut volume = SecretVolume::new(&[
-        ("tls.crt", &cert1),
-        ("tls.key", &key1),
-        ("ca.crt", &server_ca.pem),
-    ]);
+    let mut volume = SecretVolume::new(
+        "nifi-tls",
+        &[
+            ("tls.crt", &cert1),
+            ("tls.key", &key1),
+            ("ca.crt", &server_ca.pem),
+        ],
+    );
     let env = Env::start(|c| {
         c.nifi.receiver_url = Some(url.clone());
         c.nifi.client_cert = Some(volume.path("tls.crt"));
@@ -367,7 +327,10 @@ async fn files_unusable_at_start_are_waited_out_without_spending_attempts() {
         2030,
     );
     // The key is not there yet (a Secret created after the pod).
-    let mut volume = SecretVolume::new(&[("tls.crt", &cert), ("ca.crt", &server_ca.pem)]);
+    let mut volume = SecretVolume::new(
+        "nifi-tls",
+        &[("tls.crt", &cert), ("ca.crt", &server_ca.pem)],
+    );
     std::os::unix::fs::symlink("..data/tls.key", volume.path("tls.key")).unwrap();
     let env = Env::start(|c| {
         c.nifi.receiver_url = Some(url.clone());

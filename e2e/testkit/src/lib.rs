@@ -13,6 +13,8 @@ use tokio::sync::OnceCell;
 use uuid::Uuid;
 
 pub mod hostile;
+mod secret_volume;
+pub use secret_volume::SecretVolume;
 
 /// Installs ring as the process's rustls provider (the only one the project uses); HTTP clients
 /// built with `rustls-no-provider` need it before they are created.
