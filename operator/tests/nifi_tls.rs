@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use testkit::SecretVolume;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::sync::watch;
-use uuid::Uuid;
 
 /// (certificate PEM, key PEM, certificate DER) signed by `ca`, valid until 1 January of `until`.
 fn leaf(
