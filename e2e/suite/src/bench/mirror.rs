@@ -214,6 +214,7 @@ async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> any
         &[
             ("KUBECONFIG", &kubeconfig),
             ("POD_NAME", "bench-operator-kube"),
+            ("LC_INSTALLATION", "bench"),
         ],
         &b.logs,
     );

@@ -162,7 +162,9 @@ impl Bench {
             "operator",
             op_bin,
             &["--standalone", "--config", cfg],
-            &[("POD_NAME", "bench-operator")],
+            // One installation, whichever mode its operator runs in (the mirror scenario adds
+            // one in Kubernetes mode on the same ledger): not two releases sharing a ledger.
+            &[("POD_NAME", "bench-operator"), ("LC_INSTALLATION", "bench")],
             &logs,
         );
         api.start()?;
