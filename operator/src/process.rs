@@ -95,8 +95,9 @@ const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Runs `make()` until shutdown; when a run ends or panics before shutdown, it is logged, counted
 /// (`lca_task_restarts`, `/healthz`) and started again after a backoff (1 s doubling to 30 s,
-/// reset after a run that lasted 5 minutes). A task that keeps failing turns liveness red, so the
-/// kubelet restarts the container; one that fails once costs nothing but a restart.
+/// reset after a run that lasted 5 minutes). A task that keeps failing is a crash loop: logged at
+/// ERROR once as it begins (`task_crash_looping`) and named in `/healthz`, but liveness stays
+/// green: restarting the container would take the pod, and NiFi's API, out of the Service.
 async fn supervise(
     name: &'static str,
     make: TaskFactory,
@@ -135,6 +136,11 @@ async fn supervise(
             backoff = Duration::from_secs(1);
         }
         let recent = health.task_failed(name, &why);
+        if recent == crate::health::CRASH_LOOP_RESTARTS {
+            tracing::error!(event = "task_crash_looping", task = name, error = %why, restarts_in_window = recent,
+                window_s = crate::health::CRASH_LOOP_WINDOW.as_secs(),
+                "a leader task keeps failing; it goes on being restarted with backoff (the container is not restarted)");
+        }
         tracing::error!(event = "task_failed", task = name, error = %why, restarts_in_window = recent,
             restart_in_s = backoff.as_secs(), "a leader task failed; restarting it (the others go on)");
         tokio::select! {

@@ -223,10 +223,11 @@ async fn a_crashed_leader_task_is_restarted_and_works_again() {
     op.stop().await.unwrap();
 }
 
-/// A task that keeps dying is a crash loop: liveness turns red so that the kubelet restarts the
-/// container.
+/// A task that keeps dying is a crash loop: named in `/healthz` (`crashLooping`) and counted, but
+/// liveness stays green (issue 28 item 2: a restarted operator container would take the pod, and
+/// the healthy api-server beside it, out of the Service), and the task is still restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_looping_task_fails_liveness() {
+async fn a_crash_looping_task_is_reported_but_keeps_liveness_green() {
     let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
     let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "loop".into());
     let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
@@ -253,8 +254,27 @@ async fn a_crash_looping_task_fails_liveness() {
     }
     assert_eq!(restarts(&op), lcoperator::health::CRASH_LOOP_RESTARTS);
     let (alive, body) = op.health.report();
-    assert!(!alive, "{body}");
+    assert!(alive, "a crash loop must not fail liveness: {body}");
+    assert_eq!(body["status"], "degraded", "{body}");
     assert_eq!(body["crashLooping"], serde_json::json!(["sweeper"]));
+    let metrics = op.metrics.render();
+    assert!(
+        metrics.contains(&format!(
+            "lca_task_restarts_total{{task=\"sweeper\"}} {}",
+            lcoperator::health::CRASH_LOOP_RESTARTS
+        )),
+        "{metrics}"
+    );
+    // Still supervised: the sweeper is started again after its backoff.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut again = false;
+    while !again && Instant::now() < deadline {
+        again = op.crash_task("sweeper");
+        if !again {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(again, "the crash-looping task is still restarted");
     op.stop().await.unwrap();
 }
 
