@@ -27,6 +27,9 @@ struct TaskRecord {
 #[derive(Default)]
 struct State {
     kubernetes: Option<String>,
+    /// What the process waits for before its work can start (a Kubernetes client it cannot
+    /// build yet): `/readyz` fails with it, liveness does not.
+    starting: Option<String>,
     tasks: BTreeMap<&'static str, TaskRecord>,
     fatal: Option<String>,
 }
@@ -53,6 +56,16 @@ impl Health {
     pub fn kubernetes(&self, problem: Option<String>) {
         self.metrics.kubernetes_access(problem.is_none());
         self.state().kubernetes = problem;
+    }
+
+    /// What keeps the process from starting its work (None: it has started it).
+    pub fn starting(&self, waiting_for: Option<String>) {
+        self.state().starting = waiting_for;
+    }
+
+    /// What the process still waits for before it can start its work, if anything.
+    pub fn waiting_for(&self) -> Option<String> {
+        self.state().starting.clone()
     }
 
     /// `task` ended or panicked and is being restarted; returns its restarts in the window.
@@ -114,6 +127,9 @@ impl Health {
         });
         if !tasks.is_empty() {
             body["tasks"] = Value::Object(tasks);
+        }
+        if let Some(w) = &state.starting {
+            body["waitingFor"] = json!(w);
         }
         if let Some(f) = &state.fatal {
             body["fatal"] = json!(f);

@@ -151,6 +151,24 @@ async fn supervise(
     }
 }
 
+/// The metrics and health state of a process, made before its work starts so that `/healthz`,
+/// `/readyz` and `/metrics` answer while it waits for what it needs (a Kubernetes client).
+#[derive(Clone)]
+pub struct Observers {
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+}
+
+impl Default for Observers {
+    fn default() -> Observers {
+        let metrics = Arc::new(Metrics::default());
+        Observers {
+            health: Health::new(metrics.clone()),
+            metrics,
+        }
+    }
+}
+
 impl Operator {
     /// Starts the loops; leadership is competed for at once.
     pub fn start<L: Leadership + 'static>(
@@ -158,8 +176,17 @@ impl Operator {
         ledger: Ledger,
         leadership: L,
     ) -> anyhow::Result<Operator> {
-        let metrics = Arc::new(Metrics::default());
-        let health = Health::new(metrics.clone());
+        Operator::start_observed(config, ledger, leadership, Observers::default())
+    }
+
+    /// [`Operator::start`], reporting into `observers` (already served by [`health_router`]).
+    pub fn start_observed<L: Leadership + 'static>(
+        config: &Config,
+        ledger: Ledger,
+        leadership: L,
+        observers: Observers,
+    ) -> anyhow::Result<Operator> {
+        let Observers { metrics, health } = observers;
         let deposed = crate::leadership::Deposed::default();
         // TLS files that cannot be used are waited out (logged and counted), never a reason to
         // exit: the api-server beside this process stays in the Service.
@@ -254,6 +281,27 @@ impl Operator {
         identity: &str,
         options: KubeOptions,
     ) -> anyhow::Result<Operator> {
+        Operator::start_kubernetes_observed(
+            config,
+            ledger,
+            client,
+            namespace,
+            identity,
+            options,
+            Observers::default(),
+        )
+    }
+
+    /// [`Operator::start_kubernetes`], reporting into `observers`.
+    pub fn start_kubernetes_observed(
+        config: &Config,
+        ledger: Ledger,
+        client: kube::Client,
+        namespace: &str,
+        identity: &str,
+        options: KubeOptions,
+        observers: Observers,
+    ) -> anyhow::Result<Operator> {
         let leadership = crate::lease::KubeLeaseLeadership::new(
             client.clone(),
             namespace,
@@ -262,7 +310,7 @@ impl Operator {
             options.lease.clone(),
         );
         let leading_until = leadership.leading_until();
-        let mut op = Operator::start(config, ledger.clone(), leadership)?;
+        let mut op = Operator::start_observed(config, ledger.clone(), leadership, observers)?;
         let ctx = Arc::new(crate::kube_context::Context {
             recorder: crate::kube_context::recorder(client.clone(), identity),
             client: client.clone(),
@@ -512,6 +560,17 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
 }
 
 async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
+    // Waiting to start (no Kubernetes client yet): not ready, with the reason. The chart gives
+    // the operator container no readiness probe, so this never takes the pod out of the Service.
+    if let Some(why) = s.health.waiting_for() {
+        tracing::warn!(event = "readyz_failed", cause = %why, "not ready: no Kubernetes client yet");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(
+                serde_json::json!({"status": "unavailable", "reason": "kubernetes_client", "message": why}),
+            ),
+        );
+    }
     // Another release owning the ledger is a condition waited out (never an exit): not ready,
     // with the message naming both installations and what to do.
     let owner = tokio::time::timeout(Duration::from_secs(2), s.ledger.check_owner()).await;
