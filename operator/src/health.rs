@@ -159,6 +159,15 @@ mod tests {
         );
         h.kubernetes(None);
         assert_eq!(h.report().1["kubernetes"], "ok");
+        // No Kubernetes client yet: alive, the reason named (and /readyz fails on it).
+        h.starting(Some("no Kubernetes client: connection refused".into()));
+        let (alive, body) = h.report();
+        assert!(alive, "{body}");
+        assert!(body["waitingFor"].as_str().unwrap().contains("refused"));
+        assert!(h.waiting_for().is_some());
+        h.starting(None);
+        assert!(h.report().1.get("waitingFor").is_none());
+        assert!(h.waiting_for().is_none());
     }
 
     #[test]
