@@ -1,16 +1,19 @@
 //! What the operator's `/healthz` tells the kubelet and an on-call engineer: whether the process
-//! is alive in the sense that matters (its leader tasks are not crash-looping, its leadership task
-//! is running) and, as detail that never fails the probe, what it is waiting for (Kubernetes access
-//! it cannot have yet). Liveness fails only when restarting the container is the cure; a missing
-//! CRD, a 403 or an API server that is away are waited out, never answered with a restart.
+//! is alive in the sense that matters (its leadership task is running; a wedged event loop does
+//! not answer at all) and, as detail that never fails the probe, what it is waiting for
+//! (Kubernetes access it cannot have yet) and which leader tasks keep failing (`crashLooping`).
+//! Liveness fails only when restarting the container is the cure. A restarted operator container
+//! makes its pod unready, taking the healthy api-server beside it out of the Service, so a task
+//! that keeps failing (its supervisor already restarts it with backoff), a missing CRD, a 403 or
+//! an API server that is away are reported and waited out, never answered with a restart.
 use crate::metrics::Metrics;
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-/// A task restarted this many times within [`CRASH_LOOP_WINDOW`] is crash-looping: liveness
-/// fails, so the kubelet restarts the container (a fresh process may not share the fault).
+/// A task restarted this many times within [`CRASH_LOOP_WINDOW`] is crash-looping: named in
+/// `/healthz` (`crashLooping`, still 200) and logged at ERROR; liveness is not affected.
 pub const CRASH_LOOP_RESTARTS: usize = 5;
 pub const CRASH_LOOP_WINDOW: Duration = Duration::from_secs(300);
 
@@ -24,6 +27,9 @@ struct TaskRecord {
 #[derive(Default)]
 struct State {
     kubernetes: Option<String>,
+    /// What the process waits for before its work can start (a Kubernetes client it cannot
+    /// build yet): `/readyz` fails with it, liveness does not.
+    starting: Option<String>,
     tasks: BTreeMap<&'static str, TaskRecord>,
     fatal: Option<String>,
 }
@@ -50,6 +56,16 @@ impl Health {
     pub fn kubernetes(&self, problem: Option<String>) {
         self.metrics.kubernetes_access(problem.is_none());
         self.state().kubernetes = problem;
+    }
+
+    /// What keeps the process from starting its work (None: it has started it).
+    pub fn starting(&self, waiting_for: Option<String>) {
+        self.state().starting = waiting_for;
+    }
+
+    /// What the process still waits for before it can start its work, if anything.
+    pub fn waiting_for(&self) -> Option<String> {
+        self.state().starting.clone()
     }
 
     /// `task` ended or panicked and is being restarted; returns its restarts in the window.
@@ -92,7 +108,9 @@ impl Health {
             })
             .map(|(name, _)| *name)
             .collect();
-        let alive = state.fatal.is_none() && looping.is_empty();
+        // A crash loop is a signal for people (the body, `lca_task_restarts_total`, the log),
+        // not for the kubelet: restarting the container would take the pod out of the Service.
+        let alive = state.fatal.is_none();
         let tasks: serde_json::Map<String, Value> = state
             .tasks
             .iter()
@@ -104,11 +122,14 @@ impl Health {
             })
             .collect();
         let mut body = json!({
-            "status": if alive { "ok" } else { "failing" },
+            "status": if !alive { "failing" } else if looping.is_empty() { "ok" } else { "degraded" },
             "kubernetes": state.kubernetes.as_deref().unwrap_or("ok"),
         });
         if !tasks.is_empty() {
             body["tasks"] = Value::Object(tasks);
+        }
+        if let Some(w) = &state.starting {
+            body["waitingFor"] = json!(w);
         }
         if let Some(f) = &state.fatal {
             body["fatal"] = json!(f);
@@ -138,18 +159,28 @@ mod tests {
         );
         h.kubernetes(None);
         assert_eq!(h.report().1["kubernetes"], "ok");
+        // No Kubernetes client yet: alive, the reason named (and /readyz fails on it).
+        h.starting(Some("no Kubernetes client: connection refused".into()));
+        let (alive, body) = h.report();
+        assert!(alive, "{body}");
+        assert!(body["waitingFor"].as_str().unwrap().contains("refused"));
+        assert!(h.waiting_for().is_some());
+        h.starting(None);
+        assert!(h.report().1.get("waitingFor").is_none());
+        assert!(h.waiting_for().is_none());
     }
 
     #[test]
-    fn a_crash_looping_task_or_a_fatal_state_fails_liveness() {
+    fn a_crash_loop_is_reported_but_alive_and_only_a_fatal_state_fails_liveness() {
         let h = Health::new(Arc::new(Metrics::default()));
         for n in 1..CRASH_LOOP_RESTARTS {
             assert_eq!(h.task_failed("mirror", "panicked"), n);
-            assert!(h.report().0, "{n} restarts are not a crash loop yet");
+            assert!(h.report().1.get("crashLooping").is_none(), "{n} restarts");
         }
         h.task_failed("mirror", "panicked");
         let (alive, body) = h.report();
-        assert!(!alive);
+        assert!(alive, "{body}");
+        assert_eq!(body["status"], "degraded");
         assert_eq!(body["crashLooping"], json!(["mirror"]));
         assert_eq!(body["tasks"]["mirror"]["restarts"], CRASH_LOOP_RESTARTS);
 

@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use lcconfig::config::{Config, config_path};
 use lcoperator::leadership::{AdvisoryLockLeadership, default_identity};
-use lcoperator::process::{Operator, health_router};
+use lcoperator::process::{Observers, Operator, health_router};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -205,17 +205,36 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
     });
     let identity = default_identity();
+    // Served before anything is waited for: while the Kubernetes client cannot be had, the
+    // process is alive (/healthz 200), not ready (/readyz 503 with the reason) and says so.
+    let observers = Observers::default();
+    if let Some(port) = config.worker.metrics_port {
+        let addr = format!("{}:{port}", config.worker.metrics_host);
+        let listener = tokio::net::TcpListener::bind(&addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?;
+        let app = health_router(
+            ledger.clone(),
+            observers.metrics.clone(),
+            observers.health.clone(),
+        );
+        tokio::spawn(async move { axum::serve(listener, app).await });
+    }
     let mut operator = if cli.standalone {
         let leadership =
             AdvisoryLockLeadership::new(&config.database_url(), ledger.clone(), identity.clone());
-        Operator::start(&config, ledger.clone(), leadership)?
+        Operator::start_observed(&config, ledger.clone(), leadership, observers)?
     } else {
-        let client = kube::Client::try_default()
-            .await
-            .context("connecting to Kubernetes (in-cluster or KUBECONFIG)")?;
+        let client = tokio::select! {
+            c = connect_kubernetes(&observers.health) => c,
+            _ = shutdown_signal() => {
+                tracing::info!(event = "shutdown_requested", "stopping before any work started");
+                return Ok(());
+            }
+        };
         let scope = lcoperator::scope::WatchScope::from_list(&cli.watch_namespaces);
         tracing::info!(event = "watch_scope", scope = %scope, lease = %lease.name, "watching LoadJobs and LoadRuns");
-        Operator::start_kubernetes(
+        Operator::start_kubernetes_observed(
             &config,
             ledger.clone(),
             client,
@@ -227,16 +246,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 instance: cli.instance.clone(),
                 lease,
             },
+            observers,
         )?
     };
-    if let Some(port) = config.worker.metrics_port {
-        let addr = format!("{}:{port}", config.worker.metrics_host);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        let app = health_router(ledger, operator.metrics.clone(), operator.health.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-    }
     let mode = if cli.standalone {
         "standalone"
     } else {
@@ -253,6 +265,63 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         "stopping: in-flight sends finish, then leadership is released"
     );
     operator.stop().await
+}
+
+/// Longest wait between two attempts at a Kubernetes client.
+const KUBE_CLIENT_BACKOFF_MAX: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long one attempt may take to reach the API server.
+const KUBE_CLIENT_ATTEMPT_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// One attempt: the configuration read (in-cluster or KUBECONFIG) and the API server answering.
+async fn kube_client() -> anyhow::Result<kube::Client> {
+    let client = kube::Client::try_default()
+        .await
+        .context("reading the Kubernetes configuration (in-cluster or KUBECONFIG)")?;
+    match tokio::time::timeout(KUBE_CLIENT_ATTEMPT_LIMIT, client.apiserver_version()).await {
+        Ok(Ok(_)) => Ok(client),
+        Ok(Err(e)) => Err(anyhow::Error::new(e).context("reaching the Kubernetes API server")),
+        Err(_) => Err(anyhow::anyhow!(
+            "reaching the Kubernetes API server: no answer within {}s",
+            KUBE_CLIENT_ATTEMPT_LIMIT.as_secs()
+        )),
+    }
+}
+
+/// A Kubernetes client, however long it takes: an unreadable configuration (a Secret volume not
+/// mounted yet) or an API server away is waited out, never a reason to exit (the pod would leave
+/// the Service with the api-server beside this container). Each attempt that fails is retried
+/// after a backoff (1 s doubling to 30 s); the reason is logged at ERROR once per change, shown
+/// as `lca_kubernetes_access 0`, in `/healthz` (`waitingFor`, still 200) and in `/readyz` (503).
+async fn connect_kubernetes(health: &lcoperator::health::Health) -> kube::Client {
+    let mut backoff = std::time::Duration::from_secs(1);
+    let mut last: Option<String> = None;
+    loop {
+        match kube_client().await {
+            Ok(client) => {
+                if last.is_some() {
+                    tracing::info!(
+                        event = "kubernetes_client_ready",
+                        "the Kubernetes API server answers; starting"
+                    );
+                }
+                health.starting(None);
+                health.kubernetes(None);
+                return client;
+            }
+            Err(e) => {
+                let why = format!("no Kubernetes client: {e:#}");
+                if last.as_deref() != Some(why.as_str()) {
+                    tracing::error!(event = "kubernetes_client_failed", error = %why,
+                        "cannot use Kubernetes yet; retrying with backoff (the process stays up, not ready)");
+                }
+                health.kubernetes(Some(why.clone()));
+                health.starting(Some(why.clone()));
+                last = Some(why);
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(KUBE_CLIENT_BACKOFF_MAX);
+    }
 }
 
 async fn shutdown_signal() {

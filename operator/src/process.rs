@@ -95,8 +95,9 @@ const RESTART_BACKOFF_MAX: Duration = Duration::from_secs(30);
 
 /// Runs `make()` until shutdown; when a run ends or panics before shutdown, it is logged, counted
 /// (`lca_task_restarts`, `/healthz`) and started again after a backoff (1 s doubling to 30 s,
-/// reset after a run that lasted 5 minutes). A task that keeps failing turns liveness red, so the
-/// kubelet restarts the container; one that fails once costs nothing but a restart.
+/// reset after a run that lasted 5 minutes). A task that keeps failing is a crash loop: logged at
+/// ERROR once as it begins (`task_crash_looping`) and named in `/healthz`, but liveness stays
+/// green: restarting the container would take the pod, and NiFi's API, out of the Service.
 async fn supervise(
     name: &'static str,
     make: TaskFactory,
@@ -135,6 +136,11 @@ async fn supervise(
             backoff = Duration::from_secs(1);
         }
         let recent = health.task_failed(name, &why);
+        if recent == crate::health::CRASH_LOOP_RESTARTS {
+            tracing::error!(event = "task_crash_looping", task = name, error = %why, restarts_in_window = recent,
+                window_s = crate::health::CRASH_LOOP_WINDOW.as_secs(),
+                "a leader task keeps failing; it goes on being restarted with backoff (the container is not restarted)");
+        }
         tracing::error!(event = "task_failed", task = name, error = %why, restarts_in_window = recent,
             restart_in_s = backoff.as_secs(), "a leader task failed; restarting it (the others go on)");
         tokio::select! {
@@ -145,6 +151,24 @@ async fn supervise(
     }
 }
 
+/// The metrics and health state of a process, made before its work starts so that `/healthz`,
+/// `/readyz` and `/metrics` answer while it waits for what it needs (a Kubernetes client).
+#[derive(Clone)]
+pub struct Observers {
+    pub metrics: Arc<Metrics>,
+    pub health: Health,
+}
+
+impl Default for Observers {
+    fn default() -> Observers {
+        let metrics = Arc::new(Metrics::default());
+        Observers {
+            health: Health::new(metrics.clone()),
+            metrics,
+        }
+    }
+}
+
 impl Operator {
     /// Starts the loops; leadership is competed for at once.
     pub fn start<L: Leadership + 'static>(
@@ -152,8 +176,17 @@ impl Operator {
         ledger: Ledger,
         leadership: L,
     ) -> anyhow::Result<Operator> {
-        let metrics = Arc::new(Metrics::default());
-        let health = Health::new(metrics.clone());
+        Operator::start_observed(config, ledger, leadership, Observers::default())
+    }
+
+    /// [`Operator::start`], reporting into `observers` (already served by [`health_router`]).
+    pub fn start_observed<L: Leadership + 'static>(
+        config: &Config,
+        ledger: Ledger,
+        leadership: L,
+        observers: Observers,
+    ) -> anyhow::Result<Operator> {
+        let Observers { metrics, health } = observers;
         let deposed = crate::leadership::Deposed::default();
         // TLS files that cannot be used are waited out (logged and counted), never a reason to
         // exit: the api-server beside this process stays in the Service.
@@ -248,6 +281,27 @@ impl Operator {
         identity: &str,
         options: KubeOptions,
     ) -> anyhow::Result<Operator> {
+        Operator::start_kubernetes_observed(
+            config,
+            ledger,
+            client,
+            namespace,
+            identity,
+            options,
+            Observers::default(),
+        )
+    }
+
+    /// [`Operator::start_kubernetes`], reporting into `observers`.
+    pub fn start_kubernetes_observed(
+        config: &Config,
+        ledger: Ledger,
+        client: kube::Client,
+        namespace: &str,
+        identity: &str,
+        options: KubeOptions,
+        observers: Observers,
+    ) -> anyhow::Result<Operator> {
         let leadership = crate::lease::KubeLeaseLeadership::new(
             client.clone(),
             namespace,
@@ -256,7 +310,7 @@ impl Operator {
             options.lease.clone(),
         );
         let leading_until = leadership.leading_until();
-        let mut op = Operator::start(config, ledger.clone(), leadership)?;
+        let mut op = Operator::start_observed(config, ledger.clone(), leadership, observers)?;
         let ctx = Arc::new(crate::kube_context::Context {
             recorder: crate::kube_context::recorder(client.clone(), identity),
             client: client.clone(),
@@ -506,6 +560,17 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
 }
 
 async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
+    // Waiting to start (no Kubernetes client yet): not ready, with the reason. The chart gives
+    // the operator container no readiness probe, so this never takes the pod out of the Service.
+    if let Some(why) = s.health.waiting_for() {
+        tracing::warn!(event = "readyz_failed", cause = %why, "not ready: no Kubernetes client yet");
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            axum::Json(
+                serde_json::json!({"status": "unavailable", "reason": "kubernetes_client", "message": why}),
+            ),
+        );
+    }
     // Another release owning the ledger is a condition waited out (never an exit): not ready,
     // with the message naming both installations and what to do.
     let owner = tokio::time::timeout(Duration::from_secs(2), s.ledger.check_owner()).await;

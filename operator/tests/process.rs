@@ -223,10 +223,11 @@ async fn a_crashed_leader_task_is_restarted_and_works_again() {
     op.stop().await.unwrap();
 }
 
-/// A task that keeps dying is a crash loop: liveness turns red so that the kubelet restarts the
-/// container.
+/// A task that keeps dying is a crash loop: named in `/healthz` (`crashLooping`) and counted, but
+/// liveness stays green (issue 28 item 2: a restarted operator container would take the pod, and
+/// the healthy api-server beside it, out of the Service), and the task is still restarted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_crash_looping_task_fails_liveness() {
+async fn a_crash_looping_task_is_reported_but_keeps_liveness_green() {
     let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
     let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "loop".into());
     let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
@@ -253,8 +254,27 @@ async fn a_crash_looping_task_fails_liveness() {
     }
     assert_eq!(restarts(&op), lcoperator::health::CRASH_LOOP_RESTARTS);
     let (alive, body) = op.health.report();
-    assert!(!alive, "{body}");
+    assert!(alive, "a crash loop must not fail liveness: {body}");
+    assert_eq!(body["status"], "degraded", "{body}");
     assert_eq!(body["crashLooping"], serde_json::json!(["sweeper"]));
+    let metrics = op.metrics.render();
+    assert!(
+        metrics.contains(&format!(
+            "lca_task_restarts_total{{task=\"sweeper\"}} {}",
+            lcoperator::health::CRASH_LOOP_RESTARTS
+        )),
+        "{metrics}"
+    );
+    // Still supervised: the sweeper is started again after its backoff.
+    let deadline = Instant::now() + Duration::from_secs(40);
+    let mut again = false;
+    while !again && Instant::now() < deadline {
+        again = op.crash_task("sweeper");
+        if !again {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    assert!(again, "the crash-looping task is still restarted");
     op.stop().await.unwrap();
 }
 
@@ -690,4 +710,129 @@ async fn the_binary_waits_out_unreadable_nifi_tls_files() {
         metrics.contains("lca_certificate_reload_failures_total{cert=\"nifi_client\"} 1"),
         "{metrics}"
     );
+}
+
+/// Issue 28 item 2: in Kubernetes mode, a Kubernetes client that cannot be had (an API server
+/// where nothing listens, a KUBECONFIG that cannot be read) is waited out, never a reason to
+/// exit: the binary stays up for 10 s, alive (`/healthz` 200), not ready (`/readyz` 503 naming
+/// the reason), `lca_kubernetes_access 0`, the reason logged at ERROR once (not once per retry),
+/// and it stops cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_waits_out_a_kubernetes_client_it_cannot_have() {
+    let env = Env::start(|_| {}).await;
+    let dir = std::env::temp_dir().join(format!("op-kube-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let unreachable = dir.join("kubeconfig");
+    std::fs::write(
+        &unreachable,
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\n\
+         contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\n",
+    )
+    .unwrap();
+    let unreadable = dir.join("absent").join("kubeconfig");
+    let free = || {
+        std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port()
+    };
+    let start = |kubeconfig: &std::path::Path, port: u16, log: &std::path::Path| {
+        Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+            .env("KUBECONFIG", kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("POD_NAMESPACE", "default")
+            .env("LCA_CONFIG", "/dev/null")
+            .env("DATABASE_URL", &env.db.url)
+            .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
+            .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+            .env("LCA_WORKER__METRICS_PORT", port.to_string())
+            .stdout(std::fs::File::create(log).unwrap())
+            .stderr(std::fs::File::create(log.with_extension("err")).unwrap())
+            .spawn()
+            .unwrap()
+    };
+    struct Kill(Vec<std::process::Child>);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            for c in &mut self.0 {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+    let cases = [
+        (unreachable.clone(), free(), dir.join("unreachable.log")),
+        (unreadable.clone(), free(), dir.join("unreadable.log")),
+    ];
+    let mut children = Kill(
+        cases
+            .iter()
+            .map(|(k, port, log)| start(k, *port, log))
+            .collect(),
+    );
+    let http = reqwest::Client::new();
+    let get = |port: u16, path: &'static str| {
+        let http = http.clone();
+        async move {
+            let r = http
+                .get(format!("http://127.0.0.1:{port}{path}"))
+                .send()
+                .await
+                .ok()?;
+            Some((r.status().as_u16(), r.text().await.unwrap_or_default()))
+        }
+    };
+    let began = Instant::now();
+    while began.elapsed() < Duration::from_secs(10) {
+        for (c, (k, _, log)) in children.0.iter_mut().zip(&cases) {
+            assert!(
+                c.try_wait().unwrap().is_none(),
+                "the operator exited with KUBECONFIG {}: {}",
+                k.display(),
+                std::fs::read_to_string(log.with_extension("err")).unwrap_or_default()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for (i, (k, port, log)) in cases.iter().enumerate() {
+        let what = k.display();
+        let (code, body) = get(*port, "/healthz").await.expect("/healthz answers");
+        assert_eq!(code, 200, "{what}: {body}");
+        assert!(body.contains("waitingFor"), "{what}: {body}");
+        let (code, body) = get(*port, "/readyz").await.expect("/readyz answers");
+        assert_eq!(code, 503, "{what}: {body}");
+        assert!(body.contains("kubernetes_client"), "{what}: {body}");
+        let (_, metrics) = get(*port, "/metrics").await.expect("/metrics answers");
+        assert!(
+            metrics.lines().any(|l| l == "lca_kubernetes_access 0"),
+            "{what}: {metrics}"
+        );
+        Command::new("kill")
+            .args(["-TERM", &children.0[i].id().to_string()])
+            .status()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while children.0[i].try_wait().unwrap().is_none() && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let status = children.0[i].try_wait().unwrap();
+        assert!(
+            status.is_some_and(|s| s.success()),
+            "{what}: SIGTERM ends it cleanly: {status:?}"
+        );
+        let text = std::fs::read_to_string(log).unwrap();
+        let failures = text
+            .lines()
+            .filter(|l| l.contains("kubernetes_client_failed"))
+            .count();
+        assert_eq!(failures, 1, "{what}: logged once per change: {text}");
+        assert!(
+            text.contains("ERROR") || text.contains("\"level\":\"error\""),
+            "{what}: {text}"
+        );
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
