@@ -154,10 +154,7 @@ fn serve(
     extra_env: &[(&str, &str)],
     output: impl Fn() -> Stdio,
 ) -> (std::process::Child, u16) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = testkit::free_port();
     let child = Command::new(BIN)
         .args([
             "--config",

@@ -31,10 +31,7 @@ impl Drop for Server {
 /// port) added to its server section; returns it with its base URL and port once `/healthz`
 /// answers.
 async fn start(db_url: &str, server: &str) -> (Server, String, u16) {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = testkit::free_port();
     let digest = load_control_api::auth::sha256_hex(TOKEN);
     let path = std::env::temp_dir().join(format!("slots-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(

@@ -69,10 +69,7 @@ async fn wait_ready(base: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn slow_and_idle_clients_are_closed_within_the_deadlines_and_nifi_is_served() {
     let db = testkit::TestDb::fresh().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = testkit::free_port();
     let _server = start(&db.url, port, 2_000);
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;
@@ -121,10 +118,7 @@ async fn closed_within(s: &mut TcpStream, wait: Duration) -> Option<usize> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn at_the_cap_a_new_connection_takes_an_idle_unauthenticated_place_or_is_closed_at_once() {
     let db = testkit::TestDb::fresh().await;
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = testkit::free_port();
     let _server = start(&db.url, port, 20);
     let base = format!("http://127.0.0.1:{port}");
     wait_ready(&base).await;

@@ -1726,10 +1726,7 @@ async fn the_binary_waits_for_missing_crds_and_recovers_by_itself() {
     let cp = ControlPlane::start().await.expect("control plane");
     let env = Env::start(|_| {}).await;
     let db = env.config.database.url.clone().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
+    let port = testkit::free_port();
     let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
         .env("KUBECONFIG", &cp.kubeconfig)
         .env("LCA_CONFIG", "/dev/null")

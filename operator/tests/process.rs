@@ -85,11 +85,7 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
         "{help}"
     );
     let env = Env::start(|_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = testkit::free_port();
     let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
     let log_dir = std::env::temp_dir().join(format!("op-logs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(
@@ -308,13 +304,7 @@ async fn the_binaries_wait_for_a_database_that_is_not_there_yet() {
         .next()
         .unwrap()
         .to_string();
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
+    let free = testkit::free_port;
     let (db_port, op_port, api_port) = (free(), free(), free());
     let late_url = real.replace(&real_addr, &format!("127.0.0.1:{db_port}"));
     let operator = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
@@ -429,11 +419,7 @@ async fn an_operator_outside_the_schema_range_neither_leads_nor_is_ready() {
         }
     };
     set_version(newer).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = testkit::free_port();
     let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(
         &config,
@@ -657,12 +643,9 @@ async fn the_binary_signs_with_the_first_key_from_the_environment() {
 #[tokio::test]
 async fn the_binary_waits_out_unreadable_nifi_tls_files() {
     let env = Env::start(|_| {}).await;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = testkit::free_port();
     let missing = std::env::temp_dir().join(format!("absent-{}", uuid::Uuid::new_v4().simple()));
+    let log = std::env::temp_dir().join(format!("tls-wait-{port}.log"));
     let mut child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
         .args(["--standalone"])
         .env("LCA_CONFIG", "/dev/null")
@@ -672,12 +655,12 @@ async fn the_binary_waits_out_unreadable_nifi_tls_files() {
         .env("LCA_NIFI__CLIENT_KEY", missing.join("tls.key"))
         .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
         .env("LCA_WORKER__METRICS_PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::inherit())
         .spawn()
         .unwrap();
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(20);
+    let deadline = Instant::now() + Duration::from_secs(60);
     let mut metrics = String::new();
     while Instant::now() < deadline {
         assert!(
@@ -704,11 +687,16 @@ async fn the_binary_waits_out_unreadable_nifi_tls_files() {
     let still_running = child.try_wait().unwrap().is_none();
     let _ = child.kill();
     let _ = child.wait();
-    assert!(still_running, "the operator exited on unreadable TLS files");
-    assert_eq!(healthz.ok(), Some(200));
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(
+        still_running,
+        "the operator exited on unreadable TLS files\n{logged}"
+    );
+    assert_eq!(healthz.ok(), Some(200), "{logged}");
     assert!(
         metrics.contains("lca_certificate_reload_failures_total{cert=\"nifi_client\"} 1"),
-        "{metrics}"
+        "{metrics}\n--- its log:\n{logged}"
     );
 }
 
@@ -732,13 +720,7 @@ async fn the_binary_waits_out_a_kubernetes_client_it_cannot_have() {
     )
     .unwrap();
     let unreadable = dir.join("absent").join("kubeconfig");
-    let free = || {
-        std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port()
-    };
+    let free = testkit::free_port;
     let start = |kubeconfig: &std::path::Path, port: u16, log: &std::path::Path| {
         Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
             .env("KUBECONFIG", kubeconfig)

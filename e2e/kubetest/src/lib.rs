@@ -33,12 +33,7 @@ pub struct ControlPlane {
     pub startup: Duration,
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+use testkit::free_port;
 
 fn go_mod_version(go_mod: &str, module: &str) -> Option<String> {
     go_mod.lines().map(str::trim).find_map(|l| {

@@ -28,12 +28,7 @@ pub fn bin(name: &str) -> anyhow::Result<PathBuf> {
     Ok(path)
 }
 
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
+pub use testkit::free_port;
 
 /// A private PostgreSQL (scripts/pg-up with its own data directory and port).
 pub struct PgServer {

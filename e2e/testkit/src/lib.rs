@@ -13,6 +13,8 @@ use tokio::sync::OnceCell;
 use uuid::Uuid;
 
 pub mod hostile;
+mod ports;
+pub use ports::free_port;
 mod secret_volume;
 pub use secret_volume::SecretVolume;
 
