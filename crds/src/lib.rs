@@ -6,7 +6,31 @@ pub mod types;
 
 pub use types::*;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
+
+/// Versions of the first releases that are still served beside the current one (the types'
+/// version, which is also the storage version). Their schemas are the current one's, so the API
+/// server converts between them by relabelling (`conversion: None`): a manifest or a client
+/// written for `v1alpha1` keeps working, and objects stored as `v1alpha1` read as `v1beta1`.
+/// Dropping one from this list is a breaking change: first every stored object must be rewritten
+/// at the storage version and the CRD's `status.storedVersions` trimmed (docs/operations.md).
+pub const SERVED_EARLIER: &[&str] = &["v1alpha1"];
+
+/// The CRD of a kind with every version it serves: the current one (storage) first, then
+/// [`SERVED_EARLIER`], each with the current schema, columns and subresources.
+pub fn served_crd<K: CustomResourceExt>() -> CustomResourceDefinition {
+    let mut crd = K::crd();
+    let current = crd.spec.versions[0].clone();
+    for name in SERVED_EARLIER {
+        let mut earlier = current.clone();
+        earlier.name = (*name).to_string();
+        earlier.served = true;
+        earlier.storage = false;
+        crd.spec.versions.push(earlier);
+    }
+    crd
+}
 
 /// The CRD documents, as written to `crds/*.yaml` and the chart's `crds/`.
 /// Every CRD as one multi-document YAML text (for `kubectl apply -f -` and test clusters).
@@ -24,14 +48,14 @@ pub fn crd_yaml() -> Vec<(&'static str, String)> {
             "loadjobs.loadcontrol.io.yaml",
             format!(
                 "{header}{}",
-                serde_yaml::to_string(&LoadJob::crd()).expect("CRD serializes")
+                serde_yaml::to_string(&served_crd::<LoadJob>()).expect("CRD serializes")
             ),
         ),
         (
             "loadruns.loadcontrol.io.yaml",
             format!(
                 "{header}{}",
-                serde_yaml::to_string(&LoadRun::crd()).expect("CRD serializes")
+                serde_yaml::to_string(&served_crd::<LoadRun>()).expect("CRD serializes")
             ),
         ),
     ]
@@ -45,11 +69,16 @@ pub fn loosened_crd_json(plural: &str) -> serde_json::Value {
         .find(|(name, _)| name.starts_with(plural))
         .unwrap_or_else(|| panic!("no CRD named {plural}"));
     let mut crd: serde_json::Value = serde_yaml::from_str(&yaml).expect("the generated CRD parses");
-    let schema = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
-    schema["properties"]["spec"] =
-        serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
-    if let Some(root) = schema.as_object_mut() {
-        root.remove("x-kubernetes-validations");
+    for version in crd["spec"]["versions"]
+        .as_array_mut()
+        .expect("a CRD lists its versions")
+    {
+        let schema = &mut version["schema"]["openAPIV3Schema"];
+        schema["properties"]["spec"] =
+            serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true});
+        if let Some(root) = schema.as_object_mut() {
+            root.remove("x-kubernetes-validations");
+        }
     }
     crd
 }

@@ -1,4 +1,5 @@
-//! LoadJob and LoadRun (group `loadcontrol.io`, version `v1alpha1`, namespaced).
+//! LoadJob and LoadRun (group `loadcontrol.io`, version `v1beta1`, namespaced; `v1alpha1` is
+//! served beside it with the same schema, see [`crate::SERVED_EARLIER`]).
 // Each `printcolumn(...)` of the derive repeats `type_ = …`, which this lint takes for a duplicate.
 #![allow(clippy::duplicated_attributes)]
 use kube::{CustomResource, KubeSchema};
@@ -125,7 +126,7 @@ pub struct CleanupSpec {
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "loadcontrol.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "LoadJob",
     namespaced,
     status = "LoadJobStatus",
@@ -228,7 +229,7 @@ pub struct ResolutionRequest {
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "loadcontrol.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "LoadRun",
     namespaced,
     status = "LoadRunStatus",

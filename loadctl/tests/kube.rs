@@ -56,7 +56,7 @@ async fn kube_mode_reads_loadruns_and_writes_requests_on_them() {
     cp.install_crds(&serde_json::to_string(&loose).unwrap())
         .await
         .unwrap();
-    let broken = serde_json::json!({"apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+    let broken = serde_json::json!({"apiVersion": "loadcontrol.io/v1beta1", "kind": "LoadRun",
         "metadata": {"name": "broken", "namespace": ns}, "spec": {"runId": 7}});
     let raw: Api<kube::api::DynamicObject> = Api::namespaced_with(
         cp.client().await.unwrap(),

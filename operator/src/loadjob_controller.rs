@@ -306,7 +306,7 @@ async fn apply_job(job: &LoadJob, ctx: &Context, fence: &Fence) -> Result<Action
             &job.name_any(),
             &status_apply_params(),
             &Patch::Apply(json!({
-                "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadJob",
+                "apiVersion": LoadJob::api_version(&()), "kind": "LoadJob",
                 "metadata": {"name": job.name_any()}, "status": status,
             })),
         )

@@ -5,8 +5,8 @@
 //! periodic resync finds such rows and marks them removed, exactly as the finalizer would have.
 //!
 //! A job is removed only on positive evidence that its LoadJob is gone: the LoadJob kind is
-//! served (discovery lists `loadjobs` in `loadcontrol.io/v1alpha1`, before and after the lookups),
-//! and a GET of that very LoadJob answers 404 naming it. A 404 from a kind that is not served (the
+//! served (discovery lists `loadjobs` in `loadcontrol.io/v1beta1`, the version this binary reads,
+//! before and after the lookups), and a GET of that very LoadJob answers 404 naming it. A 404 from a kind that is not served (the
 //! CRD deleted, or a CRD that no longer serves this version) says nothing about the LoadJobs, so
 //! such a pass removes nothing. And one pass removes at most [`MAX_REMOVED_PER_PASS`].
 use crate::kube_context::{Context, LoopError};

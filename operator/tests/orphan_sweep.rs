@@ -92,7 +92,7 @@ impl Sweep {
                 name,
                 &PatchParams::apply("orphan-sweep-test"),
                 &Patch::Apply(json!({
-                    "apiVersion": "loadcontrol.io/v1alpha1",
+                    "apiVersion": "loadcontrol.io/v1beta1",
                     "kind": "LoadJob",
                     "metadata": {"name": name},
                     "spec": {"jobKey": key},
@@ -180,7 +180,7 @@ async fn a_pass_removes_nothing_while_the_loadjob_kind_is_not_served() {
     .await;
     let swept = s.pass().await;
     assert!(
-        matches!(&swept, Swept::KindNotServed(why) if why.contains("loadcontrol.io/v1alpha1")),
+        matches!(&swept, Swept::KindNotServed(why) if why.contains("loadcontrol.io/v1beta1")),
         "{swept:?}"
     );
     assert_eq!(s.removed().await, Vec::<String>::new(), "nothing removed");

@@ -235,7 +235,7 @@ async fn mirror_run(
         &name,
         &status_apply_params(),
         &Patch::Apply(json!({
-            "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadRun",
+            "apiVersion": LoadRun::api_version(&()), "kind": "LoadRun",
             "metadata": {"name": name}, "status": status,
         })),
     )

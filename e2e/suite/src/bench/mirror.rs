@@ -143,7 +143,7 @@ async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> any
     let ns = cp.create_namespace("bench").await?;
     let admin = cp.client().await?;
     let job: crds::LoadJob = serde_json::from_value(json!({
-        "apiVersion": "loadcontrol.io/v1alpha1", "kind": "LoadJob",
+        "apiVersion": "loadcontrol.io/v1beta1", "kind": "LoadJob",
         "metadata": {"name": "mirror-bench"}, "spec": {"jobKey": JOB_KEY}}))?;
     Api::<crds::LoadJob>::namespaced(admin.clone(), &ns)
         .create(&PostParams::default(), &job)
@@ -289,13 +289,13 @@ async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> any
     for (i, id) in targets.iter().enumerate() {
         let due = changes_started + pace * i as u32;
         tokio::time::sleep_until(due.into()).await;
+        // Taken before the cancel: the mirror may show it before the call has returned here, and
+        // a lag measured from after the call would then be negative (and the change lost).
+        let began = SystemTime::now();
         ledger
             .cancel_run(*id, "load-bench: a mirrored change", &actor, None)
             .await?;
-        committed
-            .lock()
-            .unwrap()
-            .insert(id.to_string(), SystemTime::now());
+        committed.lock().unwrap().insert(id.to_string(), began);
     }
     let deadline = Instant::now() + Duration::from_secs(60);
     while seen.lock().unwrap().len() < targets.len() && Instant::now() < deadline {
@@ -312,7 +312,8 @@ async fn measure(b: &Bench, s: &MirrorSizes, cp: &kubetest::ControlPlane) -> any
         let (c, v) = (committed.lock().unwrap(), seen.lock().unwrap());
         c.iter()
             .filter_map(|(id, at)| {
-                Some(v.get(id)?.duration_since(*at).ok()?.as_secs_f64() * 1000.0)
+                let lag = v.get(id)?.duration_since(*at).unwrap_or_default();
+                Some(lag.as_secs_f64() * 1000.0)
             })
             .collect()
     };
