@@ -37,6 +37,21 @@ enum Command {
         /// Override server.port.
         #[arg(long)]
         port: Option<i64>,
+        /// This release's installation, as its operator claims the ledger (the chart sets both
+        /// from `<namespace>/<lease name>`). While another installation holds a fresh claim on
+        /// the ledger database, /readyz answers 503: two releases must not share one ledger, and
+        /// the refused release's API leaves its Service with its operator (docs/operations.md).
+        /// Without it, no such check.
+        #[arg(long, env = "LC_INSTALLATION", value_name = "NAME")]
+        installation: Option<String>,
+        /// How long another installation's claim outlives its last refresh. Default: as the
+        /// operator's, 3 × LC_LEASE_DURATION (15 s when unset), at least 60 s.
+        #[arg(long, env = "LC_LEDGER_OWNER_STALE", value_parser = parse_duration_arg)]
+        ledger_owner_stale: Option<std::time::Duration>,
+        /// The release's leader lease duration (the chart sets it for both containers); only
+        /// the default of --ledger-owner-stale derives from it.
+        #[arg(long, env = "LC_LEASE_DURATION", default_value = "15s", value_parser = parse_duration_arg, hide = true)]
+        lease_duration: std::time::Duration,
     },
     /// Apply the ledger schema migrations (schema nifi_ops); safe to run twice or concurrently.
     Migrate,
@@ -64,6 +79,11 @@ enum Command {
         #[arg(long, value_name = "PATH")]
         ca_file: Option<PathBuf>,
     },
+}
+
+fn parse_duration_arg(s: &str) -> Result<std::time::Duration, String> {
+    ledger::settings::parse_duration(s)
+        .ok_or_else(|| format!("{s:?} is not a duration (7d, 36h, P14D, or seconds)"))
 }
 
 /// What `probe` checks besides readiness and the document.
@@ -222,6 +242,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             migrate,
             host,
             port,
+            installation,
+            ledger_owner_stale,
+            lease_duration,
         } => {
             let mut config = load(&cli)?;
             if let Some(h) = host {
@@ -247,9 +270,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                     .await
                     .context("applying migrations")?;
             }
-            let ledger = server::connect_ledger(&config)
+            let mut ledger = server::connect_ledger(&config)
                 .await
                 .context("connecting to the database")?;
+            if let Some(installation) = installation {
+                let stale = ledger_owner_stale
+                    .unwrap_or_else(|| ledger::default_owner_stale(*lease_duration));
+                ledger = ledger.with_installation(installation, stale);
+            }
             let addr = format!("{}:{}", config.server.host, config.server.port);
             let listener = tokio::net::TcpListener::bind(&addr)
                 .await

@@ -955,3 +955,68 @@ async fn a_schema_newer_than_supported_is_not_served_and_said_so() {
         );
     }
 }
+
+/// Issue 27 item 5: the api-server of a release that is refused the ledger (another installation
+/// holds a fresh claim on it) is not ready, so it leaves its Service as its operator does and NiFi
+/// writes only through the release that owns the ledger. Its own installation's claim, no
+/// installation configured, or a claim gone stale: ready, the last without a restart.
+#[tokio::test]
+async fn the_api_of_a_release_refused_the_ledger_is_not_ready() {
+    let db = TestDb::fresh().await;
+    let owner = db
+        .ledger(2, ledger::LedgerConfig::default())
+        .await
+        .with_installation("lc/a-leader", Duration::from_secs(3600));
+    let fence = owner.acquire_epoch("pod-a").await.unwrap();
+    let client = reqwest::Client::new();
+    let ready = |base: String| {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("{base}/readyz"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    for (installation, want) in [
+        (Some("lc/b-leader"), 503),
+        (Some("lc/a-leader"), 200),
+        (None, 200),
+    ] {
+        let env: Vec<(&str, &str)> = installation
+            .map(|i| vec![("LC_INSTALLATION", i)])
+            .unwrap_or_default();
+        let (mut server, base) = serve_ready(&db, "t-owner", "", &env).await;
+        let got = ready(base).await;
+        let _ = server.kill();
+        let _ = server.wait();
+        assert_eq!(got, want, "installation {installation:?}");
+    }
+
+    // The owner's leader gone: its claim, refreshed one last time once the server runs, goes
+    // stale 5 s later.
+    let (mut server, base) = serve_ready(
+        &db,
+        "t-owner",
+        "",
+        &[
+            ("LC_INSTALLATION", "lc/b-leader"),
+            ("LC_LEDGER_OWNER_STALE", "5"),
+        ],
+    )
+    .await;
+    owner.refresh_owner(&fence).await.unwrap();
+    let first = ready(base.clone()).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let mut now = first;
+    while now != 200 && std::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        now = ready(base.clone()).await;
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+    assert_eq!((first, now), (503, 200));
+}

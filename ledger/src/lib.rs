@@ -32,7 +32,7 @@ pub use ops::leader::{Fence, LEADER_NAME};
 pub use ops::manifest::{DispatchPartition, ManifestOutcome};
 pub use ops::monitor::{Alert, EventView, MonitorSummary};
 pub use ops::operator::{CancelOutcome, ResendOutcome};
-pub use ops::owner::{MIN_OWNER_STALE, OwnerConflict};
+pub use ops::owner::{MIN_OWNER_STALE, OwnerConflict, default_owner_stale};
 pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
 pub use ops::publish::{PublishClaim, StatusChange};
 pub use ops::read::{RunDetail, RunFilter, RunSummary};

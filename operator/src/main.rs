@@ -192,7 +192,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     });
     let owner_stale = cli
         .ledger_owner_stale
-        .unwrap_or_else(|| (lease.duration * 3).max(ledger::MIN_OWNER_STALE));
+        .unwrap_or_else(|| ledger::default_owner_stale(lease.duration));
     let ledger = ledger.with_installation(&installation, owner_stale);
     // Whether this binary runs on the ledger's schema, said at once; until it does, readiness
     // fails and no leader write (the epoch first) is made.

@@ -1484,6 +1484,52 @@ fn the_chart_refuses_a_receiver_url_with_a_path() {
     }
 }
 
+/// Issue 27 item 5: both containers of a release carry one installation identity, the operator's
+/// own default (`<namespace>/<lease name>`), so the api-server's readiness and the operator's
+/// claim on the ledger speak of the same release; two releases have two.
+#[test]
+fn the_chart_gives_both_containers_the_releases_installation() {
+    let installation = |release: &str| {
+        let docs = template(kubetest::helm_offline(), release, "ns", &[])
+            .split("\n---")
+            .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
+            .collect::<Vec<_>>();
+        let deployment = docs
+            .iter()
+            .find(|d| d["kind"] == "Deployment")
+            .expect("a Deployment");
+        let containers = deployment["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .unwrap();
+        let values: Vec<(String, String, String)> = containers
+            .iter()
+            .map(|c| {
+                let env = |name: &str| {
+                    c["env"]
+                        .as_sequence()
+                        .unwrap()
+                        .iter()
+                        .find(|e| e["name"] == name)
+                        .and_then(|e| e["value"].as_str())
+                        .unwrap_or_default()
+                        .to_string()
+                };
+                (
+                    c["name"].as_str().unwrap().to_string(),
+                    env("LC_INSTALLATION"),
+                    env("LC_LEASE_NAME"),
+                )
+            })
+            .collect();
+        assert_eq!(values.len(), 2, "{values:?}");
+        for (container, value, lease) in &values {
+            assert_eq!(value, &format!("ns/{lease}"), "{container}");
+        }
+        values[0].1.clone()
+    };
+    assert_ne!(installation("one"), installation("two"));
+}
+
 /// A CloudNativePG ledger (issue 21 item 8): the URL from the cluster's `-app` Secret under its
 /// `uri` key, `sslmode=verify-full` and the CA from the `-ca` Secret, in every container that
 /// connects (api-server, operator, migration hook) and in no other. (That the binaries verify

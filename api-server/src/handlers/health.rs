@@ -6,9 +6,14 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/readyz", description = "Readiness (§4.23): this binary runs on the database's schema version, and the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while the schema version is outside this binary's range, or the database is read-only, in recovery or unreachable (the cause is logged as readyz_failed).", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take this binary's writes now")))]
+#[utoipa::path(get, path = "/readyz", description = "Readiness (§4.23): this binary runs on the database's schema version, and the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while the schema version is outside this binary's range, another release (installation) holds a fresh claim on the ledger, or the database is read-only, in recovery or unreachable (the cause is logged as readyz_failed).", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take this binary's writes now")))]
 pub async fn readyz(State(s): State<AppState>) -> Response {
-    match tokio::time::timeout(Duration::from_secs(2), s.0.ledger.write_check()).await {
+    let checks = async {
+        s.0.ledger.write_check().await?;
+        // Another release's ledger (two releases on one database): not this one's to serve.
+        s.0.ledger.check_owner().await
+    };
+    match tokio::time::timeout(Duration::from_secs(2), checks).await {
         Ok(Ok(())) => Json(json!({"status": "ok"})).into_response(),
         outcome => {
             let cause = match outcome {

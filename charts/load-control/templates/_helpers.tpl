@@ -93,6 +93,10 @@ app.kubernetes.io/component: server
   value: {{ .Values.operator.loadRunRetention | quote }}
 - name: LC_LEASE_NAME
   value: {{ include "load-control.leaseName" . | quote }}
+# This release's claim on the ledger database, the same for both containers: the operator claims
+# it when it leads; the api-server is not ready while another release holds a fresh claim.
+- name: LC_INSTALLATION
+  value: {{ printf "%s/%s" .Release.Namespace (include "load-control.leaseName" .) | quote }}
 - name: LC_LEASE_DURATION
   value: {{ .Values.leaderElection.leaseDuration | quote }}
 - name: LC_RENEW_DEADLINE

@@ -17,6 +17,13 @@ use std::time::Duration;
 /// The shortest staleness window: a claim refreshed less than this long ago is never taken over.
 pub const MIN_OWNER_STALE: Duration = Duration::from_secs(60);
 
+/// How long a claim outlives its last refresh when nothing says otherwise: 3 × the leader lease's
+/// duration, at least [`MIN_OWNER_STALE`]. The operator and the api-server of one release derive
+/// it from the same lease duration, so they agree on when another release's claim is fresh.
+pub fn default_owner_stale(lease_duration: Duration) -> Duration {
+    (lease_duration * 3).max(MIN_OWNER_STALE)
+}
+
 /// This process's installation and what it last found of another's claim.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct OwnerGate {
