@@ -16,5 +16,6 @@ pub mod nifi_tls;
 pub mod orphan_jobs;
 pub mod process;
 pub mod scope;
+pub mod supervisor;
 pub mod sweeper;
 pub mod uninstall;

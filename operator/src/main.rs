@@ -74,6 +74,12 @@ struct Cli {
     /// How often the leader renews and a candidate tries.
     #[arg(long, env = "LC_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration_arg)]
     retry_period: std::time::Duration,
+    /// Run the operator as a child process and start it again when a signal kills it (an OOM
+    /// kill): the container, and the pod's readiness with the api-server beside it, stay. A child
+    /// that exits with an error status ends the supervisor with that status; SIGTERM and SIGINT
+    /// are passed on. The chart sets it (docs/operations.md).
+    #[arg(long, env = lcoperator::supervisor::FLAG_ENV)]
+    supervise: bool,
     #[command(subcommand)]
     command: Option<Command>,
 }
@@ -208,6 +214,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     // Served before anything is waited for: while the Kubernetes client cannot be had, the
     // process is alive (/healthz 200), not ready (/readyz 503 with the reason) and says so.
     let observers = Observers::default();
+    if let Some(n) = lcoperator::supervisor::child_restarts() {
+        observers.metrics.process_restarts(n);
+    }
     if let Some(port) = config.worker.metrics_port {
         let addr = format!("{}:{port}", config.worker.metrics_host);
         let listener = tokio::net::TcpListener::bind(&addr)
@@ -335,7 +344,19 @@ async fn shutdown_signal() {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    match run(Cli::parse()).await {
+    let cli = Cli::parse();
+    if cli.supervise && cli.command.is_none() {
+        let exe = match std::env::current_exe() {
+            Ok(exe) => exe,
+            Err(e) => {
+                eprintln!("load-control-operator: cannot find its own executable: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
+        let args = lcoperator::supervisor::child_args(std::env::args_os().skip(1));
+        return lcoperator::supervisor::supervise(exe, args).await;
+    }
+    match run(cli).await {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("load-control-operator: {e:#}");

@@ -61,6 +61,7 @@ pub struct Metrics {
     reconciles: Family<ReconcileLabels, Counter>,
     reconcile_seconds: Family<ControllerLabel, Histogram, fn() -> Histogram>,
     task_restarts: Family<TaskLabel, Counter>,
+    process_restarts: Counter,
     kubernetes_access: Gauge,
     xid_age: Gauge,
     mxid_age: Gauge,
@@ -86,6 +87,7 @@ impl Default for Metrics {
                 reconcile_histogram as fn() -> Histogram,
             ),
             task_restarts: Default::default(),
+            process_restarts: Default::default(),
             kubernetes_access: Default::default(),
             xid_age: Default::default(),
             mxid_age: Default::default(),
@@ -131,6 +133,11 @@ impl Default for Metrics {
             "lca_reconcile_seconds",
             "Duration of Kubernetes reconciles by controller",
             m.reconcile_seconds.clone(),
+        );
+        registry.register(
+            "lca_operator_process_restarts",
+            "Times the supervisor (--supervise, the chart's default) started the operator process again after a signal killed it (an OOM kill), since the container started",
+            m.process_restarts.clone(),
         );
         registry.register(
             "lca_task_restarts",
@@ -207,6 +214,11 @@ impl Metrics {
         self.reconcile_seconds
             .get_or_create(&ControllerLabel { controller })
             .observe(seconds);
+    }
+
+    /// The supervisor's count of restarts before this process (set once, at start).
+    pub fn process_restarts(&self, n: u64) {
+        self.process_restarts.inc_by(n);
     }
 
     pub fn task_restarted(&self, task: &'static str) {

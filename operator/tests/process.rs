@@ -818,3 +818,159 @@ async fn the_binary_waits_out_a_kubernetes_client_it_cannot_have() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The processes whose parent is `parent` (from /proc).
+fn children_of(parent: u32) -> Vec<u32> {
+    let mut found = vec![];
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // `pid (comm) state ppid …`; comm may hold spaces, so read after its closing parenthesis.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if ppid == Some(parent) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn kill(pid: u32, sig: &str) {
+    let ok = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "kill {sig} {pid}");
+}
+
+/// Issue 28 item 2: under `--supervise` (the chart's arrangement) an operator process killed by a
+/// signal, as an OOM kill would, is started again inside the same container at once: the
+/// supervisor stays (so the pod's readiness and the api-server beside it do), the new process
+/// leads again and counts the restart; SIGTERM reaches the child and both end cleanly.
+#[tokio::test]
+async fn a_killed_operator_process_is_started_again_by_its_supervisor() {
+    let env = Env::start(|_| {}).await;
+    let port = testkit::free_port();
+    let log = std::env::temp_dir().join(format!("supervised-{port}.log"));
+    let mut supervisor = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone", "--supervise"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", &env.db.url)
+        .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
+        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+        .env("LCA_WORKER__METRICS_PORT", port.to_string())
+        .stdout(std::fs::File::create(&log).unwrap())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let client = reqwest::Client::new();
+    let metrics = || {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("http://127.0.0.1:{port}/metrics"))
+                .send()
+                .await
+                .ok()?
+                .text()
+                .await
+                .ok()
+        }
+    };
+    let until = |what: &'static str, limit: Duration, cond: Box<dyn Fn(&str) -> bool>| async move {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(m) = metrics().await
+                && cond(&m)
+            {
+                return m;
+            }
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    until(
+        "the first process to lead",
+        Duration::from_secs(60),
+        Box::new(|m| m.lines().any(|l| l == "lca_leader 1")),
+    )
+    .await;
+    let first = children_of(supervisor.id());
+    assert_eq!(first.len(), 1, "one operator process: {first:?}");
+    assert_eq!(
+        std::fs::read_to_string(format!("/proc/{}/oom_score_adj", first[0]))
+            .unwrap()
+            .trim(),
+        "500",
+        "the OOM killer picks the worker, not the supervisor"
+    );
+    kill(first[0], "-KILL");
+    let after = until(
+        "a second process, leading, that counts the restart",
+        Duration::from_secs(60),
+        Box::new(|m| {
+            m.lines().any(|l| l == "lca_leader 1")
+                && m.lines()
+                    .any(|l| l == "lca_operator_process_restarts_total 1")
+        }),
+    )
+    .await;
+    assert!(after.contains("lca_operator_process_restarts_total 1"));
+    assert!(
+        supervisor.try_wait().unwrap().is_none(),
+        "the supervisor stays"
+    );
+    let second = children_of(supervisor.id());
+    assert_eq!(second.len(), 1, "{second:?}");
+    assert_ne!(second, first);
+
+    kill(supervisor.id(), "-TERM");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = supervisor.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "the supervisor did not stop");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logged = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    assert!(status.success(), "{status:?}\n{logged}");
+    assert!(
+        !std::path::Path::new(&format!("/proc/{}", second[0])).exists()
+            || std::fs::read_to_string(format!("/proc/{}/stat", second[0]))
+                .is_ok_and(|s| s.contains(") Z ")),
+        "the child outlived its supervisor"
+    );
+    assert!(
+        logged.contains("\"event\":\"operator_process_killed\""),
+        "{logged}"
+    );
+    assert!(
+        logged.contains("\"event\":\"leader_released\""),
+        "the child stopped gracefully: {logged}"
+    );
+}
+
+/// A child that exits with an error status chose to (here an invalid configuration): the
+/// supervisor ends with that status, so the kubelet's restart count still shows it.
+#[test]
+fn a_supervised_operator_that_exits_with_an_error_ends_its_supervisor() {
+    let out = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
+        .args(["--standalone", "--supervise"])
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", "postgres://127.0.0.1:9/none")
+        .env_remove("LCA_NIFI__RECEIVER_URL")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("nifi.receiver_url"),
+        "{out:?}"
+    );
+}
