@@ -286,7 +286,7 @@ async fn periodic_and_listing_statements_are_bounded_by_indexes() {
     let (mut failures, checked) = check(&mut conn, &ix, "", |_| true).await;
     // Statistics from a quiet hour: ANALYZE saw no RUNNING partition, while many are running now.
     // The per-run selections must still go by the run's key, not filter every RUNNING partition
-    // of ix_load_partition_recovery by run_id.
+    // of ix_load_partition_live by run_id.
     sqlx::raw_sql(
         "CREATE TEMP TABLE running AS SELECT run_id, partition_id FROM nifi_ops.load_partition WHERE status = 'RUNNING'; \
          UPDATE nifi_ops.load_partition SET status = 'SUCCESS' WHERE status = 'RUNNING'; \
