@@ -179,7 +179,7 @@ impl Ledger {
                 UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
                  WHERE run_id = $1 AND partition_id = $2 AND NOT EXISTS (SELECT 1 FROM same) \
                    AND (heartbeat_at IS NULL OR heartbeat_at < clock_timestamp() - interval '1 second') \
-                   RETURNING 1), \
+                   AND (SELECT count(*) FROM chunks) < $5 RETURNING 1), \
 ", run_heartbeat_cte!("(SELECT count(*) FROM chunks) < $5"), " \
              SELECT NOT EXISTS (SELECT 1 FROM prior WHERE fragment_count = $5 AND hdfs_path = $6 \
                                    AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
