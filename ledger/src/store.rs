@@ -121,11 +121,17 @@ impl Ledger {
         let connect = PgConnectOptions::from_str(url)?.application_name("load-control");
         let on_acquire = retirement.clone();
         let on_release = retirement.clone();
+        // No ping before each acquire (one round trip per transaction, issue 30): a connection
+        // whose server went away is found out by its BEGIN instead (`Ledger::begin`). The `size`
+        // connections stay open and warm (no idle timeout: sqlx's reaper would close and reopen
+        // them after every lull, forking backends and preparing statements again); overflow
+        // connections, and every connection, are renewed at `pool_max_lifetime`.
         let options = PgPoolOptions::new()
-            .min_connections(size.min(2))
+            .min_connections(size)
             .max_connections(size + overflow)
             .acquire_timeout(Duration::from_secs(10))
-            .idle_timeout(Duration::from_secs(60))
+            .test_before_acquire(false)
+            .idle_timeout(None)
             .max_lifetime(config.pool_max_lifetime)
             .before_acquire(move |_, meta| {
                 let keep = !on_acquire.is_retired(meta.age);
@@ -136,6 +142,27 @@ impl Ledger {
                 Box::pin(async move { Ok(keep) })
             });
         Ok((options, connect))
+    }
+
+    /// A transaction on a live connection. The pool hands connections out untested, so a
+    /// connection whose server went away since (a restart, a failover, a terminated backend)
+    /// fails its BEGIN: nothing ran on it, so every connection of that server is retired and
+    /// BEGIN is tried again on a new one, at most `BEGIN_ATTEMPTS` times in all.
+    pub(crate) async fn begin(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+        const BEGIN_ATTEMPTS: u32 = 3;
+        let mut attempt = 1;
+        loop {
+            match self.pool.begin().await {
+                Err(e) if attempt < BEGIN_ATTEMPTS && connection_lost(&e) => {
+                    tracing::info!(event = "db_connection_lost", error = %e, "a pooled connection was closed by its server; retrying on a new one");
+                    self.retirement.retire_all(DatabaseFault::of(&e));
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Retires the pool's connections when `e` says their server cannot take writes now.
@@ -166,7 +193,7 @@ impl Ledger {
     pub async fn write_check(&self) -> LedgerResult<()> {
         self.check_schema().await?;
         let outcome: LedgerResult<()> = async {
-            let mut tx = self.pool.begin().await?;
+            let mut tx = self.begin().await?;
             if let Some(why) = server_takes_writes(&mut tx).await? {
                 return Err(LedgerError::Unwritable(why));
             }
@@ -202,6 +229,16 @@ impl Ledger {
     }
 }
 
+/// The connection itself is gone (its server closed it, or the socket broke), not the statement
+/// refused: `Ledger::begin` may take another connection.
+fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+        _ => false,
+    }
+}
+
 /// `None` when the server behind `conn` takes writes, else what it is (a standby, read-only).
 async fn server_takes_writes(conn: &mut PgConnection) -> Result<Option<String>, sqlx::Error> {
     let (recovery, read_only): (bool, String) =
@@ -234,7 +271,7 @@ macro_rules! transaction {
             }
             attempt += 1;
             let outcome: $crate::error::LedgerResult<_> = async {
-                let mut tx = ledger.pool.begin().await?;
+                let mut tx = ledger.begin().await?;
                 let value = {
                     let $conn: &mut sqlx::PgConnection = &mut *tx;
                     let body: $crate::error::LedgerResult<_> = $body.await;
@@ -324,7 +361,7 @@ impl Ledger {
         &self,
         run_id: Uuid,
     ) -> LedgerResult<sqlx::Transaction<'static, sqlx::Postgres>> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
             .await?;

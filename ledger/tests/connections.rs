@@ -111,3 +111,63 @@ async fn a_read_only_server_is_not_ready_and_not_kept_in_the_pool() {
     }
     admin.close().await.unwrap();
 }
+
+/// The pooled connections of `db` (the ledger's sessions, by their application name).
+async fn pooled(admin: &mut sqlx::PgConnection, db: &str) -> i64 {
+    let (n,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND application_name = 'load-control'",
+    )
+    .bind(db)
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    n
+}
+
+/// Issue 30: the pool keeps its `size` connections open (warm, not reopened after a lull) and
+/// hands them out without a ping; a connection whose server closed it (a restart, a failover, a
+/// terminated backend) is found out by its BEGIN, and the operation runs on a new connection
+/// instead of failing.
+#[tokio::test]
+async fn warm_connections_and_a_closed_one_is_replaced_without_an_error() {
+    let db = TestDb::fresh().await;
+    let mut admin = db.conn().await;
+    let ledger = db.ledger(3, LedgerConfig::default()).await;
+    {
+        let pool = ledger.pool();
+        let (a, b, c) = tokio::join!(pool.acquire(), pool.acquire(), pool.acquire());
+        drop((a.unwrap(), b.unwrap(), c.unwrap()));
+    }
+    ledger.create_run(&new_run("before")).await.unwrap();
+    let (killed,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+          WHERE datname = $1 AND application_name = 'load-control') t",
+    )
+    .bind(&db.name)
+    .fetch_one(&mut admin)
+    .await
+    .unwrap();
+    assert_eq!(killed, 3);
+    let t = std::time::Instant::now();
+    while pooled(&mut admin, &db.name).await > 0 {
+        assert!(t.elapsed() < std::time::Duration::from_secs(10));
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    for n in 0..3 {
+        ledger
+            .create_run(&new_run(&format!("after-{n}")))
+            .await
+            .expect("a closed connection is replaced, not an error");
+    }
+    // The pool refills to its size by itself: the next burst finds its connections warm.
+    let t = std::time::Instant::now();
+    while pooled(&mut admin, &db.name).await < 3 {
+        assert!(
+            t.elapsed() < std::time::Duration::from_secs(10),
+            "the pool reopens its {} connections",
+            3
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    admin.close().await.unwrap();
+}

@@ -5,13 +5,11 @@ use ledger::{ChunkReport, Decimal38, LedgerConfig, Manifest, ManifestPartition};
 use testkit::{TestDb, new_run};
 use uuid::Uuid;
 
-#[tokio::test]
-async fn event_ids_follow_the_order_the_events_were_written_and_break_timeline_ties() {
-    let db = TestDb::fresh().await;
-    let ledger = db.ledger(2, LedgerConfig::default()).await;
-    let created = ledger.create_run(&new_run("events")).await.unwrap();
+/// Creates a run of `n` one-chunk partitions and reports every chunk: the run completes (its
+/// VALIDATE_RUN outbox row is written by the last report).
+async fn complete_run(ledger: &ledger::Ledger, name: &str, n: usize) -> Uuid {
+    let created = ledger.create_run(&new_run(name)).await.unwrap();
     let run = created.run_id;
-    let n = 4;
     let m = Manifest {
         snapshot_scn: Decimal38::parse("777"),
         source_count: 5 * n as i64,
@@ -57,6 +55,15 @@ async fn event_ids_follow_the_order_the_events_were_written_and_break_timeline_t
         ledger.report_chunk(run, &pid, &r).await.unwrap();
     }
 
+    run
+}
+
+#[tokio::test]
+async fn event_ids_follow_the_order_the_events_were_written_and_break_timeline_ties() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let n = 4;
+    let run = complete_run(&ledger, "events", n).await;
     let mut conn = db.conn().await;
     // The order of writing: event_time is clock_timestamp(), distinct for every event here.
     let written: Vec<(Uuid, String, chrono::DateTime<chrono::Utc>)> = sqlx::query_as(
@@ -106,4 +113,40 @@ async fn event_ids_follow_the_order_the_events_were_written_and_break_timeline_t
         .map(|e| e.name)
         .collect();
     assert_eq!(last, names[names.len() - 3..]);
+}
+
+/// Issue 30: outbox ids are time-ordered too (UUID v7): the dispatch written by each completion
+/// appends to the right edge of the primary key, and ids sort as the rows were created.
+#[tokio::test]
+async fn dispatch_ids_follow_the_order_the_dispatches_were_written() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let mut runs = vec![];
+    for i in 0..4 {
+        runs.push(complete_run(&ledger, &format!("outbox-{i}"), 1).await);
+    }
+    let mut conn = db.conn().await;
+    let written: Vec<(Uuid, Uuid)> = sqlx::query_as(
+        "SELECT dispatch_id, run_id FROM nifi_ops.load_dispatch WHERE run_id = ANY($1) ORDER BY created_at",
+    )
+    .bind(&runs)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        written.iter().map(|(_, r)| *r).collect::<Vec<_>>(),
+        runs,
+        "one VALIDATE_RUN per run, in the order the runs completed"
+    );
+    assert!(
+        written.iter().all(|(id, _)| id.get_version_num() == 7),
+        "dispatch ids are UUID v7: {written:?}"
+    );
+    let ids: Vec<Uuid> = written.iter().map(|(id, _)| *id).collect();
+    let mut sorted = ids.clone();
+    sorted.sort();
+    assert_eq!(
+        ids, sorted,
+        "ids ascend in the order the dispatches were written"
+    );
 }

@@ -286,7 +286,7 @@ async fn periodic_and_listing_statements_are_bounded_by_indexes() {
     let (mut failures, checked) = check(&mut conn, &ix, "", |_| true).await;
     // Statistics from a quiet hour: ANALYZE saw no RUNNING partition, while many are running now.
     // The per-run selections must still go by the run's key, not filter every RUNNING partition
-    // of ix_load_partition_recovery by run_id.
+    // of ix_load_partition_live by run_id.
     sqlx::raw_sql(
         "CREATE TEMP TABLE running AS SELECT run_id, partition_id FROM nifi_ops.load_partition WHERE status = 'RUNNING'; \
          UPDATE nifi_ops.load_partition SET status = 'SUCCESS' WHERE status = 'RUNNING'; \
@@ -314,4 +314,41 @@ async fn periodic_and_listing_statements_are_bounded_by_indexes() {
     );
     assert!(checked >= 25, "{checked}");
     assert!(fill.as_secs() < 60, "the fill took {fill:?}");
+}
+
+/// Issue 30: no index repeats the leading column of its table's primary key (plain, non-unique,
+/// non-partial btree): the primary key already serves those lookups, and each such index costs
+/// an insert per row and per non-HOT update. `ix_load_partition_status` and
+/// `ix_load_file_partition_status` were such indexes (dropped by migration 20261203000006).
+#[tokio::test]
+async fn no_index_repeats_the_primary_key_lead() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    let repeats: Vec<(String, String)> = sqlx::query_as(
+        "SELECT i.indexrelid::regclass::text, pg_get_indexdef(i.indexrelid) \
+           FROM pg_index i \
+           JOIN pg_class c ON c.oid = i.indrelid \
+           JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'nifi_ops' \
+           JOIN pg_index pk ON pk.indrelid = i.indrelid AND pk.indisprimary \
+           JOIN pg_class ic ON ic.oid = i.indexrelid \
+           JOIN pg_am am ON am.oid = ic.relam AND am.amname = 'btree' \
+          WHERE NOT i.indisprimary AND NOT i.indisunique AND i.indpred IS NULL \
+            AND i.indkey[0] <> 0 AND i.indkey[0] = pk.indkey[0] \
+          ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        repeats.is_empty(),
+        "indexes leading with their primary key's first column: {repeats:?}"
+    );
+    let (gone,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_indexes WHERE schemaname = 'nifi_ops' \
+            AND indexname IN ('ix_load_partition_status', 'ix_load_file_partition_status')",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(gone, 0, "the duplicate indexes stay dropped");
 }

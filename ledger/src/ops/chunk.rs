@@ -149,8 +149,12 @@ impl Ledger {
         // `claim::run_status_after_locks`).
         // An identical replay writes nothing: no upsert (ON CONFLICT DO UPDATE locks the row even
         // when its WHERE is false), no new partition row version.
-        // A chunk that completes the set may decide the partition: the run's row is then taken
-        // last, by the success update (which refreshes the heartbeat itself), not here.
+        // The partition's heartbeat is written at most once a second (the stale rule counts in
+        // minutes; each write is a row version, HOT since no index holds the column), and not by
+        // a chunk that completes the set: that one decides the partition, whose SUCCESS or
+        // FAILED update writes the heartbeat itself (or, when the run or the partition no longer
+        // takes chunks, the heartbeat is not read again). Likewise the run's row is then taken
+        // last, by the success update (which refreshes the run's heartbeat itself), not here.
         let a: ChunkRow = sqlx::query_as(concat!(
             "WITH prior AS ( \
                 SELECT fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status FROM nifi_ops.load_file \
@@ -167,13 +171,15 @@ impl Ledger {
                   hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
                   status = 'WRITTEN', updated_at = clock_timestamp() \
                 RETURNING 1), \
-             beat AS ( \
-                UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
-                 WHERE run_id = $1 AND partition_id = $2 AND NOT EXISTS (SELECT 1 FROM same) RETURNING 1), \
              chunks AS ( \
                 SELECT chunk_index, fragment_count, record_count, byte_count FROM nifi_ops.load_file \
                  WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN' AND chunk_index <> $3 \
                 UNION ALL SELECT $3, $5, $7, $8), \
+             beat AS ( \
+                UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
+                 WHERE run_id = $1 AND partition_id = $2 AND NOT EXISTS (SELECT 1 FROM same) \
+                   AND (heartbeat_at IS NULL OR heartbeat_at < clock_timestamp() - interval '1 second') \
+                   AND (SELECT count(*) FROM chunks) < $5 RETURNING 1), \
 ", run_heartbeat_cte!("(SELECT count(*) FROM chunks) < $5"), " \
              SELECT NOT EXISTS (SELECT 1 FROM prior WHERE fragment_count = $5 AND hdfs_path = $6 \
                                    AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
@@ -285,9 +291,12 @@ impl Ledger {
         // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3
         // rule 3). It comes last, with the run's heartbeat folded in, because sibling successes
         // wait for its row lock until this transaction commits: nothing else runs while it is held.
+        // The heartbeat only when older than a second (§2.7): the update then changes no indexed
+        // column and can be HOT.
         let counts: Option<(i32, Option<i32>)> = sqlx::query_as(
             "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1, \
-                    heartbeat_at = clock_timestamp() \
+                    heartbeat_at = CASE WHEN heartbeat_at < clock_timestamp() - interval '1 second' \
+                                        THEN clock_timestamp() ELSE heartbeat_at END \
               WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
         )
         .bind(run.run_id)

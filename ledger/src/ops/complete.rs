@@ -36,7 +36,7 @@ pub(crate) async fn complete_extraction(
         "INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type) VALUES ($1, $2, 'VALIDATE_RUN') \
          ON CONFLICT (run_id) WHERE dispatch_type = 'VALIDATE_RUN' DO NOTHING",
     )
-    .bind(Uuid::new_v4())
+    .bind(Uuid::now_v7())
     .bind(run.run_id)
     .execute(&mut *conn)
     .await?;

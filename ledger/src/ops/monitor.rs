@@ -128,7 +128,7 @@ impl Ledger {
     /// live outbox rows and the alert-worthy DEAD ones. Unnamed statements: each is planned with
     /// its actual window.
     pub async fn monitor_summary(&self, alert_limit: i64) -> LedgerResult<MonitorSummary> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
             .await?;

@@ -141,7 +141,7 @@ impl Ledger {
     }
 
     pub async fn run_detail(&self, run_id: Uuid) -> LedgerResult<RunDetail> {
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
             .await?;

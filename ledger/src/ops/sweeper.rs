@@ -50,9 +50,10 @@ const RULES: [&str; 6] = [
 ];
 
 /// Rule 1's candidates, `$1` the shortest `recovery.stale` of any job: EXTRACTING runs with a
-/// stale RUNNING partition. The stale partitions come from `ix_load_partition_recovery` with the
-/// bound as an index condition (`statement_timestamp()` is stable), or, per EXTRACTING run, from
-/// the run's key: either way only live partitions are read.
+/// stale RUNNING partition. The stale partitions come from `ix_load_partition_live` (the RUNNING
+/// and RETRY partitions only; the heartbeat bound is checked on the row, since an index on
+/// `heartbeat_at` would make every heartbeat a non-HOT update), or, per EXTRACTING run, from the
+/// run's key: either way only live partitions are read.
 pub const STALE_PARTITION_RUNS: &str = "SELECT r.run_id, r.job_key FROM nifi_ops.load_run r \
               WHERE r.status = 'EXTRACTING' AND r.run_id IN (SELECT p.run_id FROM nifi_ops.load_partition p \
                 WHERE p.status = 'RUNNING' AND p.heartbeat_at < statement_timestamp() - make_interval(secs => $1)) \
@@ -60,7 +61,7 @@ pub const STALE_PARTITION_RUNS: &str = "SELECT r.run_id, r.job_key FROM nifi_ops
 
 /// Rule 1, one run (`$1`) with its job's threshold (`$2`). `(status || '')` is no index column on
 /// purpose: with statistics from a quiet hour (few RUNNING partitions) the planner would otherwise
-/// take `ix_load_partition_recovery` and filter every RUNNING partition of every run by `run_id`;
+/// take `ix_load_partition_live` and filter every RUNNING partition of every run by `run_id`;
 /// this way the run's key bounds the scan.
 pub const STALE_PARTITION_DUE: &str = "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_partition WHERE run_id = $1 \
                    AND (status || '') = 'RUNNING' AND heartbeat_at < clock_timestamp() - make_interval(secs => $2))";
@@ -245,7 +246,7 @@ impl Ledger {
                     .await?
                     .rows_affected();
                     sqlx::query("INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id) VALUES ($1, $2, 'REISSUE_PARTITION', $3)")
-                        .bind(Uuid::new_v4())
+                        .bind(Uuid::now_v7())
                         .bind(run_id)
                         .bind(pid)
                         .execute(&mut *conn)

@@ -94,15 +94,18 @@ impl Bench {
                 b.display()
             );
         }
+        // pg_stat_statements is always loaded: the WAL each scenario writes per request comes
+        // from it (`scenarios::WalProbe`); `--statements` adds nested statements to the profile.
         let mut options = opts.pg_options.clone();
-        if opts.statements {
-            options.push_str(
-                " -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all",
-            );
-        }
+        options.push_str(" -c shared_preload_libraries=pg_stat_statements");
+        options.push_str(if opts.statements {
+            " -c pg_stat_statements.track=all"
+        } else {
+            " -c pg_stat_statements.track=top"
+        });
         let pg = PgServer::start_with("bench", true, &options)?;
         let db_url = pg.create_db("bench")?;
-        if opts.statements {
+        {
             let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&db_url).await?;
             sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
                 .execute(&mut c)

@@ -417,6 +417,7 @@ pub async fn lifecycle(
         runs: Mutex::default(),
     });
     *b.dispatches.sink.lock().unwrap() = Some(hi.clone());
+    let probe = WalProbe::start(b).await?;
     let (cpu0, t0) = (b.cpu(), Instant::now());
     let tasks: Vec<_> = (0..clients)
         .map(|_| tokio::spawn(l.clone().client()))
@@ -433,6 +434,7 @@ pub async fn lifecycle(
     let done = l.done.load(Ordering::SeqCst);
     let runs = l.runs.lock().unwrap().clone();
     let dispatch = dispatch_latencies(b, &runs).await?;
+    let wal = probe.finish(b, requests as u64).await?;
     let per_request = |cpu: f64| (cpu * 1000.0 / requests.max(1.0) * 1000.0).round() / 1000.0;
     Ok(json!({
         "scenario": "lifecycle", "clients": clients, "runs": s.runs, "partitions": s.partitions,
@@ -448,6 +450,7 @@ pub async fn lifecycle(
                             "postgres": ((cpu1.1 - cpu0.1) / wall * 100.0).round() / 100.0},
         "latency_ms": st.summary(),
         "dispatch_latency_ms": percentiles(&dispatch),
+        "wal": wal["wal"], "updates": wal["updates"],
         "first_errors": st.first_errors(),
     }))
 }
@@ -460,6 +463,8 @@ pub async fn completion(b: &Bench, s: &Sizes, partitions: usize) -> anyhow::Resu
         create_run(&c, &format!("completion-{}", tag()), partitions, 10).await?;
     let queue = Arc::new(Mutex::new(parts));
     let run_completed = Arc::new(AtomicUsize::new(0));
+    let probe = WalProbe::start(b).await?;
+    let requests0 = c.stats.requests.load(Ordering::Relaxed);
     let t0 = Instant::now();
     let tasks: Vec<_> = (0..s.completion_clients)
         .map(|_| {
@@ -492,8 +497,12 @@ pub async fn completion(b: &Bench, s: &Sizes, partitions: usize) -> anyhow::Resu
         .is_ok();
     let wall = t0.elapsed().as_secs_f64();
     let reports = c.stats.samples("chunk");
+    let wal = probe
+        .finish(b, c.stats.requests.load(Ordering::Relaxed) - requests0)
+        .await?;
     Ok(json!({
         "scenario": "completion", "partitions": partitions, "clients": s.completion_clients,
+        "wal": wal["wal"], "updates": wal["updates"],
         "finished": finished, "run_completed_by": run_completed.load(Ordering::SeqCst),
         "errors": c.stats.errors.load(Ordering::Relaxed),
         "partition_completing_report_ms": percentiles(&reports),
@@ -788,4 +797,87 @@ pub async fn statements(b: &Bench, after: &str, top: i64) -> anyhow::Result<Valu
         json!({"scenario": "statements", "after": after, "top": rows.iter().map(|(q, calls, total, mean)|
         json!({"query": q, "calls": calls, "total_ms": total.round(), "mean_ms": (mean * 1000.0).round() / 1000.0})).collect::<Vec<_>>()}),
     )
+}
+
+/// The tables whose updates the hot path makes (issue 30): their updates and HOT share.
+const HOT_TABLES: &[&str] = &[
+    "load_run",
+    "load_partition",
+    "load_file",
+    "load_event",
+    "load_dispatch",
+];
+
+/// A backend flushes its table statistics at most once a second, and an idle one up to 10 s
+/// later (PostgreSQL 15's `PGSTAT_IDLE_INTERVAL`): a reading waits this out.
+const STATS_FLUSH: Duration = Duration::from_millis(11_000);
+
+/// WAL and row versions of one measured phase: `start` resets pg_stat_statements and reads the
+/// tables' update counters, `finish` reads both again and divides by the phase's requests.
+/// Every statement of the bench database counts (the operator's too: its work is the load's).
+/// These figures do not depend on how the binaries were built.
+pub struct WalProbe {
+    tables: std::collections::HashMap<String, (i64, i64)>,
+}
+
+async fn table_updates(
+    db: &mut sqlx::PgConnection,
+) -> anyhow::Result<std::collections::HashMap<String, (i64, i64)>> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT relname::text, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables \
+          WHERE schemaname = 'nifi_ops' AND relname = ANY($1)",
+    )
+    .bind(HOT_TABLES)
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|(t, u, h)| (t, (u, h))).collect())
+}
+
+impl WalProbe {
+    pub async fn start(b: &Bench) -> anyhow::Result<WalProbe> {
+        tokio::time::sleep(STATS_FLUSH).await;
+        let mut db = b.db().await?;
+        sqlx::query("SELECT pg_stat_statements_reset()")
+            .execute(&mut db)
+            .await?;
+        Ok(WalProbe {
+            tables: table_updates(&mut db).await?,
+        })
+    }
+
+    /// `{"wal": {records, bytes, fpi, *_per_request}, "updates": {table: {upd, hot_upd, hot_share}}}`.
+    pub async fn finish(self, b: &Bench, requests: u64) -> anyhow::Result<Value> {
+        let mut db = b.db().await?;
+        let (records, bytes, fpi): (i64, i64, i64) = sqlx::query_as(
+            "SELECT COALESCE(sum(wal_records), 0)::int8, COALESCE(sum(wal_bytes), 0)::int8, \
+                    COALESCE(sum(wal_fpi), 0)::int8 \
+               FROM pg_stat_statements WHERE toplevel \
+                AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        )
+        .fetch_one(&mut db)
+        .await?;
+        tokio::time::sleep(STATS_FLUSH).await;
+        let after = table_updates(&mut db).await?;
+        let per = |v: i64| (v as f64 / requests.max(1) as f64 * 10.0).round() / 10.0;
+        let mut updates = serde_json::Map::new();
+        for t in HOT_TABLES {
+            let (u1, h1) = after.get(*t).copied().unwrap_or_default();
+            let (u0, h0) = self.tables.get(*t).copied().unwrap_or_default();
+            let (upd, hot) = (u1 - u0, h1 - h0);
+            let share = if upd > 0 {
+                Some((hot as f64 / upd as f64 * 1000.0).round() / 1000.0)
+            } else {
+                None
+            };
+            updates.insert(
+                (*t).to_string(),
+                json!({"upd": upd, "hot_upd": hot, "hot_share": share, "upd_per_request": per(upd)}),
+            );
+        }
+        Ok(json!({
+            "wal": {"requests": requests, "records": records, "bytes": bytes, "fpi": fpi,
+                    "records_per_request": per(records), "bytes_per_request": per(bytes)},
+            "updates": updates,
+        }))
+    }
 }
