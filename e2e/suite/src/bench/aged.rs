@@ -23,6 +23,9 @@ pub struct AgedSizes {
     pub clients: usize,
     /// Samples of each probe (HTTP reads, sweeper ticks, lease scans) per phase.
     pub samples: usize,
+    /// The statements PostgreSQL spent most time on during each phase's lifecycle (needs
+    /// load-bench `--statements`).
+    pub statements: bool,
 }
 
 impl AgedSizes {
@@ -37,6 +40,7 @@ impl AgedSizes {
                 retention_days: 10,
                 clients: 4,
                 samples: 5,
+                statements: false,
             }
         } else {
             AgedSizes {
@@ -47,6 +51,7 @@ impl AgedSizes {
                 retention_days: 180,
                 clients: 16,
                 samples: 50,
+                statements: false,
             }
         }
     }
@@ -232,12 +237,23 @@ async fn phase(
     s: &Sizes,
     a: &AgedSizes,
     name: &str,
-) -> anyhow::Result<(Map<String, Value>, Value)> {
+) -> anyhow::Result<(Map<String, Value>, Value, Option<Value>)> {
     eprintln!(
         "load-bench: aged scenario, {name} phase: lifecycle at {} clients",
         a.clients
     );
+    if a.statements {
+        super::scenarios::statements(b, "start", 0).await?;
+    }
     let life = lifecycle(b, s, a.clients, None).await?;
+    let statements = if a.statements {
+        Some(
+            super::scenarios::statements(b, &format!("aged scenario, {name} lifecycle"), 15)
+                .await?,
+        )
+    } else {
+        None
+    };
     anyhow::ensure!(
         life["finished"] == true && life["errors"] == 0,
         "the {name} lifecycle did not finish cleanly: {life}"
@@ -282,9 +298,11 @@ async fn phase(
     let line = json!({"scenario": "aged_phase", "phase": name, "clients": a.clients,
         "lifecycle": {"runs": life["runs"], "partitions": life["partitions"], "chunks": life["chunks"],
                       "wall_s": life["wall_s"], "requests_per_s": life["requests_per_s"],
-                      "chunk_reports_per_s": life["chunk_reports_per_s"]},
+                      "chunk_reports_per_s": life["chunk_reports_per_s"],
+                      "cpu_ms_per_request": life["cpu_ms_per_request"],
+                      "cpu_utilisation": life["cpu_utilisation"]},
         "latency_ms": figures, "size": sizes(b).await?});
-    Ok((figures, line))
+    Ok((figures, line, statements))
 }
 
 /// aged/fresh of p50 and p99 for every figure both phases have; the figures over `target`.
@@ -376,15 +394,17 @@ pub async fn aged(b: &mut Bench, s: &Sizes, a: &AgedSizes) -> anyhow::Result<Vec
     let mut lines = vec![];
     // Warm-up, not measured: connections, caches and plans as the aged phase will find them.
     lifecycle(b, s, a.clients, None).await?;
-    let (fresh, line) = phase(b, s, a, "fresh").await?;
+    let (fresh, line, st) = phase(b, s, a, "fresh").await?;
     lines.push(line);
+    lines.extend(st);
     eprintln!(
         "load-bench: aged scenario: filling {} runs × {} partitions × {} files over {} days",
         a.runs, a.partitions, a.files, a.days
     );
     lines.push(fill(b, a).await?);
-    let (aged, line) = phase(b, s, a, "aged").await?;
+    let (aged, line, st) = phase(b, s, a, "aged").await?;
     lines.push(line);
+    lines.extend(st);
     lines.push(ratios(&fresh, &aged, 1.2));
     eprintln!(
         "load-bench: aged scenario: history retention of {} days catching up",

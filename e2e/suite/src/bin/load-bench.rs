@@ -133,6 +133,7 @@ async fn main() -> anyhow::Result<()> {
         retention_days: args.aged_retention_days.unwrap_or(d.retention_days),
         clients: args.aged_clients.unwrap_or(d.clients).max(1),
         samples: args.aged_samples.unwrap_or(d.samples).max(1),
+        statements: args.statements,
     };
     eprintln!("load-bench: starting PostgreSQL (durable), the api-server and the operator");
     let mut bench = Bench::start(&Options {
