@@ -388,28 +388,32 @@ async fn retention(b: &mut Bench, a: &AgedSizes, s: &Sizes) -> anyhow::Result<Va
     )
 }
 
-/// The whole scenario: its JSON lines in order (fresh phase, fill, aged phase, ratios,
-/// retention). The operator is left stopped.
-pub async fn aged(b: &mut Bench, s: &Sizes, a: &AgedSizes) -> anyhow::Result<Vec<Value>> {
-    let mut lines = vec![];
+/// The whole scenario, its JSON lines to `emit` as they are known (fresh phase, fill, aged phase,
+/// ratios, retention). The operator is left stopped.
+pub async fn aged(
+    b: &mut Bench,
+    s: &Sizes,
+    a: &AgedSizes,
+    emit: &dyn Fn(&Value),
+) -> anyhow::Result<()> {
     // Warm-up, not measured: connections, caches and plans as the aged phase will find them.
     lifecycle(b, s, a.clients, None).await?;
     let (fresh, line, st) = phase(b, s, a, "fresh").await?;
-    lines.push(line);
-    lines.extend(st);
+    emit(&line);
+    st.iter().for_each(emit);
     eprintln!(
         "load-bench: aged scenario: filling {} runs × {} partitions × {} files over {} days",
         a.runs, a.partitions, a.files, a.days
     );
-    lines.push(fill(b, a).await?);
+    emit(&fill(b, a).await?);
     let (aged, line, st) = phase(b, s, a, "aged").await?;
-    lines.push(line);
-    lines.extend(st);
-    lines.push(ratios(&fresh, &aged, 1.2));
+    emit(&line);
+    st.iter().for_each(emit);
+    emit(&ratios(&fresh, &aged, 1.2));
     eprintln!(
         "load-bench: aged scenario: history retention of {} days catching up",
         a.retention_days
     );
-    lines.push(retention(b, a, s).await?);
-    Ok(lines)
+    emit(&retention(b, a, s).await?);
+    Ok(())
 }

@@ -221,9 +221,7 @@ async fn main() -> anyhow::Result<()> {
             emit(&scenarios::slow_clients(&bench, &s).await?);
         }
         if run("aged") {
-            for line in e2e::bench::aged::aged(&mut bench, &s, &aged).await? {
-                emit(&line);
-            }
+            e2e::bench::aged::aged(&mut bench, &s, &aged, &emit).await?;
             // It leaves the operator stopped, as the ones after it want it.
         }
         if run("multixact") {
