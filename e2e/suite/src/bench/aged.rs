@@ -292,7 +292,17 @@ async fn phase(
         "cleanup_candidates".into(),
         probe(b, "candidates", "/v1/cleanup/candidates?limit=100", n).await?,
     );
+    if a.statements {
+        super::scenarios::statements(b, "start", 0).await?;
+    }
     let (tick, lease) = sweeper_and_lease(b, n).await?;
+    let statements = match statements {
+        Some(life) if a.statements => Some(
+            json!({"scenario": "aged_statements", "phase": name, "lifecycle": life,
+            "sweeper_and_lease": super::scenarios::statements(b, &format!("aged scenario, {name} sweeper ticks and lease scans"), 10).await?}),
+        ),
+        other => other,
+    };
     figures.insert("sweeper_tick".into(), tick);
     figures.insert("lease_scan".into(), lease);
     let line = json!({"scenario": "aged_phase", "phase": name, "clients": a.clients,
