@@ -91,3 +91,139 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
     assert_eq!(mx["failed"], 0, "{mx}");
     assert!(mx["multixacts_consumed"].as_i64().unwrap() >= 0);
 }
+
+/// `--only aged` at a tiny size: both phases, the fill, the ratios and the retention catch-up
+/// print their lines, every figure was measured, the fill wrote what it was asked to, and
+/// retention deleted what was due and nothing else.
+#[test]
+fn load_bench_aged_quick_prints_fresh_aged_ratio_and_retention() {
+    let bin_dir = e2e::standalone::bin("load-control-api")
+        .expect("debug binaries (cargo build)")
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let (runs, partitions, files) = (40u64, 3u64, 2u64);
+    let out = std::process::Command::new(BENCH)
+        .args([
+            "--quick",
+            "--only",
+            "aged",
+            "--aged-clients",
+            "2",
+            "--aged-samples",
+            "3",
+        ])
+        .args(["--aged-runs", &runs.to_string()])
+        .args(["--aged-partitions", &partitions.to_string()])
+        .args(["--aged-files", &files.to_string()])
+        .args([
+            "--aged-days",
+            "30",
+            "--aged-retention-days",
+            "10",
+            "--bin-dir",
+        ])
+        .arg(&bin_dir)
+        .output()
+        .expect("load-bench runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "load-bench failed ({}): {}\n{stdout}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let of =
+        |name: &str| -> Vec<&Value> { lines.iter().filter(|v| v["scenario"] == name).collect() };
+    let phases = of("aged_phase");
+    assert_eq!(phases.len(), 2, "a fresh and an aged phase:\n{stdout}");
+    assert_eq!(
+        (&phases[0]["phase"], &phases[1]["phase"]),
+        (&"fresh".into(), &"aged".into())
+    );
+    let figures = [
+        "lifecycle_chunk",
+        "lifecycle_claim",
+        "lifecycle_create",
+        "lifecycle_manifest",
+        "lifecycle_success",
+        "monitor_summary",
+        "runs_list",
+        "runs_list_of_job",
+        "cleanup_candidates",
+        "sweeper_tick",
+        "lease_scan",
+    ];
+    for p in &phases {
+        for f in figures {
+            assert!(
+                p["latency_ms"][f]["n"].as_u64().unwrap_or(0) > 0,
+                "{f} not measured in {p}"
+            );
+        }
+        // --quick lifecycle: 4 runs × 2 partitions × 2 chunks.
+        assert_eq!(p["latency_ms"]["lifecycle_chunk"]["n"], 16, "{p}");
+    }
+    let fill = of("aged_fill");
+    assert_eq!(fill.len(), 1, "one fill line:\n{stdout}");
+    let fill = fill[0];
+    let statuses = fill["statuses"].as_object().expect("statuses");
+    assert_eq!(
+        statuses.values().map(|n| n.as_u64().unwrap()).sum::<u64>(),
+        runs,
+        "every aged run written: {fill}"
+    );
+    assert!(
+        statuses["SUCCESS"].as_u64().unwrap() > runs / 2,
+        "mostly final: {fill}"
+    );
+    for s in [
+        "PUBLISH_UNKNOWN",
+        "STAGE_VALIDATING",
+        "FAILED_EXTRACT",
+        "CANCELLED",
+    ] {
+        assert!(statuses.contains_key(s), "no {s} run: {fill}");
+    }
+    assert!(fill["cleaned"].as_u64().unwrap() > 0, "{fill}");
+    let before = &phases[0]["size"]["rows"];
+    let after = &fill["after"]["rows"];
+    let grew = |t: &str| after[t].as_u64().unwrap() - before[t].as_u64().unwrap();
+    assert_eq!(grew("load_run"), runs, "{fill}");
+    assert_eq!(grew("load_partition"), runs * partitions, "{fill}");
+    // Every partition of a SUCCESS run has its files; failed runs have fewer.
+    assert!(
+        grew("load_file") >= statuses["SUCCESS"].as_u64().unwrap() * partitions * files,
+        "{fill}"
+    );
+    assert!(grew("load_event") > runs * 2 * partitions, "{fill}");
+    assert!(
+        grew("load_dispatch") > 0 && grew("load_validation") > 0,
+        "{fill}"
+    );
+    let ratio = of("aged_ratio");
+    assert_eq!(ratio.len(), 1, "one ratio line:\n{stdout}");
+    for f in figures {
+        assert!(
+            ratio[0]["figures"][f]["p50_ratio"].as_f64().is_some(),
+            "no ratio of {f}: {}",
+            ratio[0]
+        );
+    }
+    let retention = of("aged_retention");
+    assert_eq!(retention.len(), 1, "one retention line:\n{stdout}");
+    let r = retention[0];
+    assert_eq!(r["caught_up"], true, "{r}");
+    assert!(r["runs_deleted"].as_u64().unwrap() > 0, "{r}");
+    assert_eq!(r["cleaned_runs_older_than_retention_left"], 0, "{r}");
+    assert_eq!(
+        r["before"]["rows"]["load_run"].as_u64().unwrap()
+            - r["after"]["rows"]["load_run"].as_u64().unwrap(),
+        r["runs_deleted"].as_u64().unwrap(),
+        "{r}"
+    );
+}

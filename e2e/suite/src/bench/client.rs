@@ -132,15 +132,20 @@ impl Client {
         kind: &'static str,
         token: &str,
         path: &str,
-        body: &Value,
+        body: Option<&Value>,
     ) -> anyhow::Result<Value> {
         let started = Instant::now();
-        let sent = self
-            .http
-            .post(format!("{}{path}", self.base))
+        let url = format!("{}{path}", self.base);
+        let request = match body {
+            Some(body) => self
+                .http
+                .post(url)
+                .header("Content-Type", "application/json")
+                .body(serde_json::to_vec(body)?),
+            None => self.http.get(url),
+        };
+        let sent = request
             .header("Authorization", format!("Bearer {token}"))
-            .header("Content-Type", "application/json")
-            .body(serde_json::to_vec(body)?)
             .send()
             .await;
         let answer = match sent {
@@ -169,7 +174,7 @@ impl Client {
 
     /// A NiFi call (role `nifi`).
     pub async fn post(&self, kind: &'static str, path: &str, body: Value) -> anyhow::Result<Value> {
-        self.send(kind, &self.nifi_token, path, &body).await
+        self.send(kind, &self.nifi_token, path, Some(&body)).await
     }
 
     /// An operator call (role `operator`): cancel, resolve, resend.
@@ -179,7 +184,13 @@ impl Client {
         path: &str,
         body: Value,
     ) -> anyhow::Result<Value> {
-        self.send(kind, &self.operator_token, path, &body).await
+        self.send(kind, &self.operator_token, path, Some(&body))
+            .await
+    }
+
+    /// A GET with the operator's token (listings, the monitor, cleanup candidates).
+    pub async fn get_operator(&self, kind: &'static str, path: &str) -> anyhow::Result<Value> {
+        self.send(kind, &self.operator_token, path, None).await
     }
 }
 

@@ -1,6 +1,7 @@
 //! `load-bench` (issue 12): load-control's figures from one sitting, as JSON lines. A PostgreSQL
 //! of its own at the durable defaults, the release api-server and one standalone operator, PG-05
 //! as strict as NiFi, `pgbench -N` as the ceiling, then the scenarios of [`scenarios`].
+pub mod aged;
 pub mod client;
 pub mod mirror;
 pub mod procstat;
@@ -66,6 +67,9 @@ pub struct Options {
     pub statements: bool,
     /// More PostgreSQL server options (`-c name=value …`), for tuning experiments.
     pub pg_options: String,
+    /// More configuration of both processes, YAML lines appended to the file (the aged scenario
+    /// turns history retention off while it measures).
+    pub extra_config: String,
 }
 
 pub struct Bench {
@@ -147,11 +151,12 @@ impl Bench {
                                   {{name: bench-operator, role: operator, sha256: {operator}}}]}}\n\
                  nifi: {{receiver_url: \"http://{receiver}\"}}\n\
                  worker: {{metrics_port: null}}\n\
-                 logging: {{format: json, level: INFO}}\n",
+                 logging: {{format: json, level: INFO}}\n{extra}",
                 pool = opts.pool_size,
                 nifi = hash_token(&api_bin, NIFI_TOKEN)?,
                 operator = hash_token(&api_bin, OPERATOR_TOKEN)?,
                 receiver = receiver.addr,
+                extra = opts.extra_config,
             ),
         )?;
         let cfg = config.to_str().context("config path")?;
@@ -191,7 +196,7 @@ impl Bench {
     }
 
     /// The operator holds an epoch: the dispatcher is running.
-    async fn await_leader(&self, limit: Duration) -> anyhow::Result<()> {
+    pub async fn await_leader(&self, limit: Duration) -> anyhow::Result<()> {
         let deadline = std::time::Instant::now() + limit;
         loop {
             if self

@@ -2,6 +2,7 @@
 //! standard output (progress on standard error). `scripts/bench` builds the release binaries and
 //! runs it; see docs/benchmarks.md for what each line means.
 use clap::Parser;
+use e2e::bench::aged::AgedSizes;
 use e2e::bench::scenarios::{self, Sizes};
 use e2e::bench::{Bench, Options};
 use std::path::PathBuf;
@@ -18,6 +19,7 @@ const SCENARIOS: &[&str] = &[
     "mirror",
     "hostile",
     "slow_clients",
+    "aged",
 ];
 
 #[derive(Parser, Debug)]
@@ -68,6 +70,28 @@ struct Args {
     /// Keep the processes' logs (printed path) instead of removing them
     #[arg(long)]
     keep_logs: bool,
+    /// Aged scenario (`--only aged`): runs in the aged ledger [default: 1000; 60 with --quick]
+    #[arg(long)]
+    aged_runs: Option<usize>,
+    /// Aged scenario: partitions per run [default: 20; 4 with --quick]
+    #[arg(long)]
+    aged_partitions: Option<usize>,
+    /// Aged scenario: files (chunks) per finished partition [default: 3; 2 with --quick]
+    #[arg(long)]
+    aged_files: Option<usize>,
+    /// Aged scenario: the age of the ledger, days over which the runs started [default: 365; 30 with --quick]
+    #[arg(long)]
+    aged_days: Option<u32>,
+    /// Aged scenario: cleanup.history_retention (days) for the catch-up after the measurement
+    /// [default: 180; 10 with --quick]
+    #[arg(long)]
+    aged_retention_days: Option<u32>,
+    /// Aged scenario: lifecycle clients in each phase [default: 16; 4 with --quick]
+    #[arg(long)]
+    aged_clients: Option<usize>,
+    /// Aged scenario: samples of each read, sweeper tick and lease scan per phase [default: 50; 5 with --quick]
+    #[arg(long)]
+    aged_samples: Option<usize>,
 }
 
 fn emit(line: &serde_json::Value) {
@@ -100,12 +124,30 @@ async fn main() -> anyhow::Result<()> {
             .unwrap_or_default(),
     };
     let run = |name: &str| args.only.iter().any(|o| o == name);
+    let d = AgedSizes::default_for(args.quick);
+    let aged = AgedSizes {
+        runs: args.aged_runs.unwrap_or(d.runs),
+        partitions: args.aged_partitions.unwrap_or(d.partitions),
+        files: args.aged_files.unwrap_or(d.files),
+        days: args.aged_days.unwrap_or(d.days),
+        retention_days: args.aged_retention_days.unwrap_or(d.retention_days),
+        clients: args.aged_clients.unwrap_or(d.clients).max(1),
+        samples: args.aged_samples.unwrap_or(d.samples).max(1),
+        statements: args.statements,
+    };
     eprintln!("load-bench: starting PostgreSQL (durable), the api-server and the operator");
     let mut bench = Bench::start(&Options {
         bin_dir,
         pool_size: args.pool_size,
         statements: args.statements,
         pg_options: args.pg_options.clone(),
+        // The aged scenario measures the ledger as filled: history retention only in its
+        // catch-up, by its own sweeper (the operator's stays off).
+        extra_config: if run("aged") {
+            "cleanup: {history_retention: null}\n".into()
+        } else {
+            String::new()
+        },
     })
     .await?;
     let outcome = async {
@@ -177,6 +219,10 @@ async fn main() -> anyhow::Result<()> {
                 s.slow_clients
             );
             emit(&scenarios::slow_clients(&bench, &s).await?);
+        }
+        if run("aged") {
+            e2e::bench::aged::aged(&mut bench, &s, &aged, &emit).await?;
+            // It leaves the operator stopped, as the ones after it want it.
         }
         if run("multixact") {
             eprintln!(
