@@ -99,6 +99,17 @@ fn kubectl_with_input(cp: &ControlPlane, args: &[&str], input: &str) -> std::pro
     child.wait_with_output().unwrap()
 }
 
+/// `kubectl <args>`, which must succeed; its standard output.
+fn kubectl_ok(cp: &ControlPlane, args: &[&str]) -> String {
+    let out = cp.kubectl().args(args).output().unwrap();
+    assert!(
+        out.status.success(),
+        "kubectl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
 /// `kubectl apply -f -` with the YAML on standard input.
 fn kubectl_apply(cp: &ControlPlane, ns: &str, yaml: &str) -> std::process::Output {
     let out = kubectl_with_input(cp, &["apply", "-n", ns, "-f", "-"], yaml);
@@ -603,7 +614,11 @@ fn template_refused(set: &str) -> std::process::Output {
 
 /// `helm template` of the chart with `sets`, as YAML documents.
 fn template_docs(sets: &[&str]) -> Vec<serde_yaml::Value> {
-    template(kubetest::helm_offline(), "lc", "ns", sets)
+    release_template_docs("lc", sets)
+}
+
+fn release_template_docs(release: &str, sets: &[&str]) -> Vec<serde_yaml::Value> {
+    template(kubetest::helm_offline(), release, "ns", sets)
         .split("\n---")
         .filter_map(|d| serde_yaml::from_str(d).ok())
         .collect()
@@ -1490,10 +1505,7 @@ fn the_chart_refuses_a_receiver_url_with_a_path() {
 #[test]
 fn the_chart_gives_both_containers_the_releases_installation() {
     let installation = |release: &str| {
-        let docs = template(kubetest::helm_offline(), release, "ns", &[])
-            .split("\n---")
-            .filter_map(|d| serde_yaml::from_str::<serde_yaml::Value>(d).ok())
-            .collect::<Vec<_>>();
+        let docs = release_template_docs(release, &[]);
         let deployment = docs
             .iter()
             .find(|d| d["kind"] == "Deployment")
@@ -2703,17 +2715,10 @@ fn crds_of_v0_1_0() -> String {
 }
 
 fn stored_versions(cp: &ControlPlane, crd: &str) -> String {
-    let out = cp
-        .kubectl()
-        .args(["get", "crd", crd, "-o", "jsonpath={.status.storedVersions}"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    kubectl_ok(
+        cp,
+        &["get", "crd", crd, "-o", "jsonpath={.status.storedVersions}"],
+    )
 }
 
 /// Issue 27 item 4: LoadJobs and LoadRuns stored as `v1alpha1` under the first release's CRDs are
@@ -2779,21 +2784,15 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
         String::from_utf8_lossy(&upgraded.stderr)
     );
     for crd in ["loadjobs.loadcontrol.io", "loadruns.loadcontrol.io"] {
-        let wait =
-            c.cp.kubectl()
-                .args([
-                    "wait",
-                    "--for=condition=Established",
-                    "--timeout=30s",
-                    "crd",
-                    crd,
-                ])
-                .output()
-                .unwrap();
-        assert!(
-            wait.status.success(),
-            "{}",
-            String::from_utf8_lossy(&wait.stderr)
+        kubectl_ok(
+            &c.cp,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=30s",
+                "crd",
+                crd,
+            ],
         );
         assert_eq!(
             stored_versions(&c.cp, crd),
@@ -2848,17 +2847,7 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
         "loadjobs,loadruns",
         "loadjobs.v1alpha1.loadcontrol.io,loadruns.v1alpha1.loadcontrol.io",
     ] {
-        let got =
-            c.cp.kubectl()
-                .args(["get", resource, "-n", ns])
-                .output()
-                .unwrap();
-        let text = String::from_utf8_lossy(&got.stdout);
-        assert!(
-            got.status.success(),
-            "{}",
-            String::from_utf8_lossy(&got.stderr)
-        );
+        let text = kubectl_ok(&c.cp, &["get", resource, "-n", ns]);
         assert!(
             text.contains("DAILY") && text.contains("EXTRACTING"),
             "{resource}: {text}"
@@ -2872,17 +2861,8 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let listed =
-            c.cp.kubectl()
-                .args(["get", "loadjobs,loadruns", "-A", "-o", "json"])
-                .output()
-                .unwrap();
-        assert!(listed.status.success());
-        let replaced = kubectl_with_input(
-            &c.cp,
-            &["replace", "-f", "-"],
-            &String::from_utf8(listed.stdout).unwrap(),
-        );
+        let listed = kubectl_ok(&c.cp, &["get", "loadjobs,loadruns", "-A", "-o", "json"]);
+        let replaced = kubectl_with_input(&c.cp, &["replace", "-f", "-"], &listed);
         let stderr = String::from_utf8_lossy(&replaced.stderr).to_string();
         if replaced.status.success() {
             break;
@@ -2893,45 +2873,33 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
         );
     }
     for crd in ["loadjobs.loadcontrol.io", "loadruns.loadcontrol.io"] {
-        let trimmed =
-            c.cp.kubectl()
-                .args([
-                    "patch",
-                    "crd",
-                    crd,
-                    "--subresource=status",
-                    "--type=merge",
-                    "-p",
-                    r#"{"status":{"storedVersions":["v1beta1"]}}"#,
-                ])
-                .output()
-                .unwrap();
-        assert!(
-            trimmed.status.success(),
-            "{}",
-            String::from_utf8_lossy(&trimmed.stderr)
+        kubectl_ok(
+            &c.cp,
+            &[
+                "patch",
+                "crd",
+                crd,
+                "--subresource=status",
+                "--type=merge",
+                "-p",
+                r#"{"status":{"storedVersions":["v1beta1"]}}"#,
+            ],
         );
         assert_eq!(stored_versions(&c.cp, crd), r#"["v1beta1"]"#);
     }
     // Still served and acted on after the migration: a cancel requested at the old version.
-    let cancel =
-        c.cp.kubectl()
-            .args([
-                "patch",
-                "loadruns.v1alpha1.loadcontrol.io",
-                &name,
-                "-n",
-                ns,
-                "--type=merge",
-                "-p",
-                r#"{"spec":{"cancel":{"reason":"after the storage migration"}}}"#,
-            ])
-            .output()
-            .unwrap();
-    assert!(
-        cancel.status.success(),
-        "{}",
-        String::from_utf8_lossy(&cancel.stderr)
+    kubectl_ok(
+        &c.cp,
+        &[
+            "patch",
+            "loadruns.v1alpha1.loadcontrol.io",
+            &name,
+            "-n",
+            ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"cancel":{"reason":"after the storage migration"}}}"#,
+        ],
     );
     c.wait_phase(run, "CANCELLED").await;
     op.stop().await.unwrap();
