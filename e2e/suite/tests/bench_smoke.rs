@@ -7,28 +7,39 @@ use std::collections::BTreeMap;
 
 const BENCH: &str = env!("CARGO_BIN_EXE_load-bench");
 
-#[test]
-fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
+/// `load-bench <args> --bin-dir <the debug binaries>`, which must succeed: its JSON lines and its
+/// whole output (for the failure messages).
+fn load_bench(args: &[&str]) -> (Vec<Value>, String) {
     let bin_dir = e2e::standalone::bin("load-control-api")
         .expect("debug binaries (cargo build)")
         .parent()
         .unwrap()
         .to_path_buf();
     let out = std::process::Command::new(BENCH)
-        .args(["--quick", "--bin-dir"])
+        .args(args)
+        .arg("--bin-dir")
         .arg(&bin_dir)
         .output()
         .expect("load-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
         "load-bench failed ({}): {}\n{stdout}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
+    let lines = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    (lines, stdout)
+}
+
+#[test]
+fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
+    let (lines, stdout) = load_bench(&["--quick"]);
     let mut by: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-    for line in stdout.lines() {
-        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+    for v in lines {
         by.entry(v["scenario"].as_str().unwrap().to_string())
             .or_default()
             .push(v);
@@ -97,46 +108,28 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
 /// retention deleted what was due and nothing else.
 #[test]
 fn load_bench_aged_quick_prints_fresh_aged_ratio_and_retention() {
-    let bin_dir = e2e::standalone::bin("load-control-api")
-        .expect("debug binaries (cargo build)")
-        .parent()
-        .unwrap()
-        .to_path_buf();
     let (runs, partitions, files) = (40u64, 3u64, 2u64);
-    let out = std::process::Command::new(BENCH)
-        .args([
-            "--quick",
-            "--only",
-            "aged",
-            "--aged-clients",
-            "2",
-            "--aged-samples",
-            "3",
-        ])
-        .args(["--aged-runs", &runs.to_string()])
-        .args(["--aged-partitions", &partitions.to_string()])
-        .args(["--aged-files", &files.to_string()])
-        .args([
-            "--aged-days",
-            "30",
-            "--aged-retention-days",
-            "10",
-            "--bin-dir",
-        ])
-        .arg(&bin_dir)
-        .output()
-        .expect("load-bench runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "load-bench failed ({}): {}\n{stdout}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let (runs_s, partitions_s, files_s) =
+        (runs.to_string(), partitions.to_string(), files.to_string());
+    let (lines, stdout) = load_bench(&[
+        "--quick",
+        "--only",
+        "aged",
+        "--aged-clients",
+        "2",
+        "--aged-samples",
+        "3",
+        "--aged-runs",
+        &runs_s,
+        "--aged-partitions",
+        &partitions_s,
+        "--aged-files",
+        &files_s,
+        "--aged-days",
+        "30",
+        "--aged-retention-days",
+        "10",
+    ]);
     let of =
         |name: &str| -> Vec<&Value> { lines.iter().filter(|v| v["scenario"] == name).collect() };
     let phases = of("aged_phase");
