@@ -646,15 +646,10 @@ async fn the_binary_waits_out_unreadable_nifi_tls_files() {
     let port = testkit::free_port();
     let missing = std::env::temp_dir().join(format!("absent-{}", uuid::Uuid::new_v4().simple()));
     let log = std::env::temp_dir().join(format!("tls-wait-{port}.log"));
-    let mut child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
-        .args(["--standalone"])
-        .env("LCA_CONFIG", "/dev/null")
-        .env("DATABASE_URL", &env.db.url)
+    let mut child = standalone_on(&env.db.url, port)
         .env("LCA_NIFI__RECEIVER_URL", "https://127.0.0.1:9")
         .env("LCA_NIFI__CLIENT_CERT", missing.join("tls.crt"))
         .env("LCA_NIFI__CLIENT_KEY", missing.join("tls.key"))
-        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
-        .env("LCA_WORKER__METRICS_PORT", port.to_string())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(Stdio::inherit())
         .spawn()
@@ -819,6 +814,18 @@ async fn the_binary_waits_out_a_kubernetes_client_it_cannot_have() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// The binary in standalone mode on the database `url`, no configuration file, its metrics and
+/// health on 127.0.0.1:`port`; the NiFi receiver and output are the caller's.
+fn standalone_on(url: &str, port: u16) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_load-control-operator"));
+    cmd.arg("--standalone")
+        .env("LCA_CONFIG", "/dev/null")
+        .env("DATABASE_URL", url)
+        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
+        .env("LCA_WORKER__METRICS_PORT", port.to_string());
+    cmd
+}
+
 /// The processes whose parent is `parent` (from /proc).
 fn children_of(parent: u32) -> Vec<u32> {
     let mut found = vec![];
@@ -857,13 +864,9 @@ async fn a_killed_operator_process_is_started_again_by_its_supervisor() {
     let env = Env::start(|_| {}).await;
     let port = testkit::free_port();
     let log = std::env::temp_dir().join(format!("supervised-{port}.log"));
-    let mut supervisor = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
-        .args(["--standalone", "--supervise"])
-        .env("LCA_CONFIG", "/dev/null")
-        .env("DATABASE_URL", &env.db.url)
+    let mut supervisor = standalone_on(&env.db.url, port)
+        .arg("--supervise")
         .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
-        .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
-        .env("LCA_WORKER__METRICS_PORT", port.to_string())
         .stdout(std::fs::File::create(&log).unwrap())
         .stderr(Stdio::inherit())
         .spawn()
