@@ -67,6 +67,45 @@ fn ready_pods(r: &Release) -> usize {
         .count()
 }
 
+/// Runs `work` while sampling the release's ready server pods as fast as kubectl answers; returns
+/// its result, the longest stretch with no ready pod, and how many samples were taken.
+fn while_watching_ready<T: Send>(
+    r: &Release,
+    work: impl FnOnce() -> T + Send,
+) -> (T, (Duration, u32)) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let watching = AtomicBool::new(true);
+    std::thread::scope(|s| {
+        let watcher = s.spawn(|| {
+            let (mut longest, mut since, mut samples) = (Duration::ZERO, None::<Instant>, 0u32);
+            while watching.load(Ordering::Relaxed) {
+                samples += 1;
+                if ready_pods(r) == 0 {
+                    let start = *since.get_or_insert_with(Instant::now);
+                    longest = longest.max(start.elapsed());
+                } else {
+                    since = None;
+                }
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            (longest, samples)
+        });
+        let out = work();
+        watching.store(false, Ordering::Relaxed);
+        (out, watcher.join().unwrap())
+    })
+}
+
+/// NiFi's requests through the Service and the share of its attempts that were answered.
+fn availability(summary: &Value) -> (u64, f64) {
+    let failed: u64 = summary["failed_attempts"]
+        .as_object()
+        .map(|m| m.values().filter_map(Value::as_u64).sum())
+        .unwrap_or(0);
+    let requests = summary["requests"].as_u64().unwrap();
+    (requests, requests as f64 / (requests + failed) as f64)
+}
+
 /// Issue 18 item 4 / issue 19 item 1: a LoadJob and a LoadRun the operator cannot read (written
 /// under a loosened CRD) are present while both pods are restarted, once as a rolling restart
 /// under NiFi load and once both at the same moment. The pods become Ready again (readiness is
@@ -602,7 +641,6 @@ async fn the_operators_rbac_removed_and_restored_under_load() {
 /// after each round, and every run ends SUCCESS with the ledger clean.
 #[tokio::test(flavor = "multi_thread")]
 async fn operators_killed_again_and_again_never_take_nifis_api_down() {
-    use std::sync::atomic::{AtomicBool, Ordering};
     const ROUNDS: usize = 3;
     let (_serial, r) = fault_release("oomkill", "NODE_OOMKILL").await;
     let pods: Vec<String> = r
@@ -612,23 +650,7 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
         .collect();
     assert_eq!(pods.len(), 2, "{pods:?}");
     let sim = r.start_simulation("NODE_OOMKILL", &[&["--runs", "12"][..], LOAD].concat());
-    let watching = AtomicBool::new(true);
-    let (kills, outage) = std::thread::scope(|s| {
-        // The longest stretch with no ready pod, sampled as fast as kubectl answers.
-        let watcher = s.spawn(|| {
-            let (mut longest, mut since, mut samples) = (Duration::ZERO, None::<Instant>, 0u32);
-            while watching.load(Ordering::Relaxed) {
-                samples += 1;
-                if ready_pods(&r) == 0 {
-                    let start = *since.get_or_insert_with(Instant::now);
-                    longest = longest.max(start.elapsed());
-                } else {
-                    since = None;
-                }
-                std::thread::sleep(Duration::from_millis(200));
-            }
-            (longest, samples)
-        });
+    let (kills, outage) = while_watching_ready(&r, || {
         let mut kills = 0;
         for round in 0..ROUNDS {
             let mut killed = vec![];
@@ -659,16 +681,10 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
             })
             .unwrap();
         }
-        watching.store(false, Ordering::Relaxed);
-        (kills, watcher.join().unwrap())
+        kills
     });
     let summary = Release::summary(sim);
-    let failed: u64 = summary["failed_attempts"]
-        .as_object()
-        .map(|m| m.values().filter_map(Value::as_u64).sum())
-        .unwrap_or(0);
-    let requests = summary["requests"].as_u64().unwrap();
-    let availability = requests as f64 / (requests + failed) as f64;
+    let (requests, availability) = availability(&summary);
     let mut restarts = vec![];
     for pod in r.server_pods() {
         for c in pod["status"]["containerStatuses"].as_array().unwrap() {
@@ -695,4 +711,150 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
         "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64(),
         "ready_samples": outage.1, "restarts": restarts});
     conclude(r, "NODE_OOMKILL", 12, &summary, figures).await;
+}
+
+/// Every server pod not being deleted runs image `tag` and is ready, and there are `pods` of them.
+fn pods_run(r: &Release, tag: &str, pods: usize) -> bool {
+    let live: Vec<Value> = r
+        .server_pods()
+        .into_iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .collect();
+    live.len() == pods
+        && ready_pods(r) == pods
+        && live.iter().all(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|c| c["image"].as_str().unwrap().ends_with(&format!(":{tag}")))
+        })
+}
+
+async fn schema_version(r: &Release) -> i32 {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    ledger::schema::read_version(&mut conn).await.unwrap()
+}
+
+/// Waits until NiFi's load has `at_least` runs of `job_key` in the ledger that are past CREATED.
+async fn load_under_way(r: &Release, job_key: &str, at_least: i64) {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let started = Instant::now();
+    loop {
+        let (n,): (i64,) = sqlx::query_as(
+            "SELECT count(*) FROM nifi_ops.load_run WHERE job_key = $1 AND status <> 'CREATED'",
+        )
+        .bind(job_key)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if n >= at_least {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "NiFi's load never got under way ({n} runs)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Issue 27 items 2 and 3: the previous release (built from its commit by scripts/previous-release:
+/// its image, its chart, its migrations) installed; under NiFi load through the Service,
+/// `helm upgrade` to this tree (new image, new migrations run by the hook while the old pods
+/// serve; old and new pods side by side during the roll); then, under a second load, `helm
+/// rollback` to the previous release, whose binaries run on the newer schema (the version
+/// contract: migrations only add, the schema version is never lowered). Each phase: every run
+/// SUCCESS as NiFi saw it, NiFi's availability through the Service, the longest time without a
+/// ready pod, how long the roll took; at the end the ledger clean and every LoadRun equal to it.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_previous_release_upgraded_and_rolled_back_under_load() {
+    const JOB: &str = "NODE_UPGRADE";
+    const RUNS: usize = 10;
+    let previous = std::env::var("LC_PREVIOUS_IMAGE_TAG")
+        .expect("LC_PREVIOUS_IMAGE_TAG: the previous release's image (scripts/previous-release)");
+    let previous_chart = std::env::var("LC_PREVIOUS_CHART")
+        .expect("LC_PREVIOUS_CHART: the previous release's chart (scripts/previous-release)");
+    let current = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("upgrade", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    let sets = ["config.recovery.sweeper_interval=2s"];
+    let current_chart = r.repo.join("charts/load-control");
+    let current_chart = current_chart.to_str().unwrap();
+    r.helm_install_chart("install", &previous_chart, &previous, &sets);
+    assert!(pods_run(&r, &previous, 2), "{:#}", json!(r.server_pods()));
+    assert_eq!(schema_version(&r).await, 0, "the previous release's schema");
+    r.apply(&format!(
+        "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {{name: faults}}\nspec:\n  jobKey: {JOB}\n"
+    ));
+    wait_for("the LoadJob in the ledger", Duration::from_secs(30), || {
+        Ok(
+            r.kj(&["get", "loadjob", "faults"])["status"]["observedGeneration"]
+                .as_i64()
+                .map(|_| ()),
+        )
+    })
+    .unwrap();
+    let runs = RUNS.to_string();
+    let load = [&["--runs", runs.as_str()][..], LOAD].concat();
+    let mut phases = vec![];
+    for (phase, tag) in [
+        ("upgrade", current.as_str()),
+        ("rollback", previous.as_str()),
+    ] {
+        let sim = r.start_simulation(JOB, &load);
+        let done = phases.len() as i64 * RUNS as i64;
+        load_under_way(&r, JOB, done + 2).await;
+        let started = Instant::now();
+        let (_, outage) = while_watching_ready(&r, || {
+            if phase == "upgrade" {
+                r.helm_install_chart("upgrade", current_chart, tag, &sets);
+            } else {
+                r.helm(&[
+                    "rollback",
+                    &r.name,
+                    "1",
+                    "--wait",
+                    "--wait-for-jobs",
+                    "--timeout",
+                    "180s",
+                ]);
+            }
+            wait_for("the roll done", Duration::from_secs(120), || {
+                Ok(pods_run(&r, tag, 2).then_some(()))
+            })
+            .unwrap();
+        });
+        let rolled = started.elapsed();
+        let schema = schema_version(&r).await;
+        let summary = Release::summary(sim);
+        assert_all_succeeded(&summary, RUNS);
+        let (requests, availability) = availability(&summary);
+        phases.push(
+            json!({"phase": phase, "image": tag, "schema_version": schema,
+            "roll_seconds": rolled.as_secs_f64(), "nifi_requests": requests,
+            "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
+            "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()}),
+        );
+        assert!(
+            availability >= 0.99,
+            "{phase}: availability {availability}: {summary}"
+        );
+        assert_eq!(
+            outage.0,
+            Duration::ZERO,
+            "{phase}: a moment without a ready pod"
+        );
+    }
+    // Migrated by the upgrade, never lowered by the rollback.
+    assert_eq!(phases[0]["schema_version"], ledger::schema::SCHEMA_VERSION);
+    assert_eq!(phases[1]["schema_version"], ledger::schema::SCHEMA_VERSION);
+    let agreed = r.wait_mirror_agrees(JOB, Duration::from_secs(30)).await;
+    assert_ledger_clean(&r, JOB, 2 * RUNS).await;
+    let figures = json!({"bench": "node_upgrade_and_rollback", "runs": 2 * RUNS,
+        "phases": phases, "mirror_agrees_seconds": agreed.as_secs_f64()});
+    println!("{figures}");
+    eprintln!("node faults: {figures}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
 }
