@@ -20,6 +20,11 @@
 //! reconnecting, or silent — cannot keep NiFi out: each new connection of NiFi's pushes out the
 //! oldest of theirs, and NiFi's kept-alive connections are only ever given up when none of theirs
 //! is left. (A limit per peer address would not help: behind an ingress every peer is the proxy.)
+//!
+//! **Shutdown.** At SIGTERM (in Kubernetes after the preStop's `api.drainSeconds`, when the
+//! endpoint is already gone) the listener closes, then for [`DRAIN_WINDOW`] (at most
+//! `server.timeout_graceful_shutdown`) kept-alive connections stay open and every answer on them
+//! carries `Connection: close`; then idle ones are closed and in-flight requests finish.
 use axum::body::Body;
 use axum::extract::Request;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -33,6 +38,11 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::watch;
+
+/// How long kept-alive connections stay open at shutdown, answered with `Connection: close`: a
+/// busy client (NiFi's pooled connections) sends within it, gets its answer and moves to another
+/// pod; only a connection idle for the whole window is closed under its client.
+pub const DRAIN_WINDOW: Duration = Duration::from_secs(3);
 
 /// The edge's limits, from `server.*`.
 #[derive(Debug, Clone, Copy)]
@@ -321,6 +331,7 @@ pub async fn serve<L, S>(
         open: Mutex::new(HashMap::new()),
     });
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let draining = Arc::new(AtomicBool::new(false));
     // One connection per round; the loop ends with `stop`.
     for id in 0u64.. {
         let (io, peer) = tokio::select! {
@@ -349,6 +360,7 @@ pub async fn serve<L, S>(
             stats: stats.clone(),
         };
         let app = app.clone();
+        let draining = draining.clone();
         let service =
             hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                 state.request_started();
@@ -359,10 +371,12 @@ pub async fn serve<L, S>(
                     .insert(axum::extract::ConnectInfo(peer));
                 req.extensions_mut().insert(ConnectionMark(state.clone()));
                 let call = tower::ServiceExt::oneshot(app.clone(), req);
+                let draining = draining.clone();
                 async move {
                     let mut response = call.await;
-                    // Shed while this request was in flight: the connection ends after it.
-                    if state.is_shed()
+                    // Shed while this request was in flight, or the server is draining: the
+                    // connection ends after it.
+                    if (state.is_shed() || draining.load(Ordering::Acquire))
                         && let Ok(r) = &mut response
                     {
                         r.headers_mut().insert(
@@ -390,9 +404,23 @@ pub async fn serve<L, S>(
         });
     }
     drop(listener);
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
+    // Draining: kept-alive connections stay open a moment longer and every answer on them says
+    // `Connection: close`, so a pooled client (NiFi) that sends once more gets its answer and
+    // opens a new connection (to a pod that stays) instead of writing into a socket closed under
+    // it, a failed call. Closing idle connections at once, as graceful shutdown does, races
+    // every such client. Those still idle when the window ends are closed then.
+    draining.store(true, Ordering::Release);
+    let window = DRAIN_WINDOW.min(grace);
+    let drain_started = Instant::now();
+    while stats.open.load(Ordering::Relaxed) > 0 && drain_started.elapsed() < window {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if tokio::time::timeout(
+        grace.saturating_sub(drain_started.elapsed()),
+        graceful.shutdown(),
+    )
+    .await
+    .is_err()
     {
         tracing::warn!(
             event = "shutdown_timeout",

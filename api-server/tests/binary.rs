@@ -1020,3 +1020,89 @@ async fn the_api_of_a_release_refused_the_ledger_is_not_ready() {
     let _ = server.wait();
     assert_eq!((first, now), (503, 200));
 }
+
+/// Reads one HTTP/1.1 response (head and a Content-Length body) from `conn`; None at end of
+/// stream or on a reset before a whole response arrived.
+async fn read_response(conn: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    loop {
+        let text = String::from_utf8_lossy(&buf).to_string();
+        if let Some((head, body)) = text.split_once("\r\n\r\n") {
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    l.to_ascii_lowercase()
+                        .strip_prefix("content-length:")
+                        .map(|v| v.trim().to_string())
+                })
+                .and_then(|v| v.parse::<usize>().ok())
+                .unwrap_or(0);
+            if body.len() >= length {
+                return Some(text);
+            }
+        }
+        let mut chunk = [0u8; 4096];
+        match tokio::time::timeout(Duration::from_secs(10), conn.read(&mut chunk)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return None,
+            Ok(Ok(n)) => buf.extend_from_slice(&chunk[..n]),
+            Err(_) => panic!("no answer within 10 s: {text:?}"),
+        }
+    }
+}
+
+/// Issue 27 item 7: at SIGTERM a kept-alive connection is not closed under its client (a pooled
+/// NiFi connection to a pod being drained). A request sent on it after the signal, once the
+/// listener is closed, is answered, with `Connection: close`; then the connection ends and the
+/// process exits, without waiting out its drain window.
+#[tokio::test]
+async fn a_kept_alive_connection_is_answered_while_the_server_drains() {
+    use tokio::io::AsyncWriteExt;
+    let db = TestDb::fresh().await;
+    let (mut server, base) = serve_ready(&db, "drain-token", "", &[]).await;
+    let addr = base.strip_prefix("http://").unwrap().to_string();
+    let request = b"GET /healthz HTTP/1.1\r\nHost: lca\r\n\r\n";
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    conn.write_all(request).await.unwrap();
+    let first = read_response(&mut conn).await.expect("an answer");
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "{first}"
+    );
+
+    send_sigterm(server.id());
+    // The listener closed: the server has begun to shut down.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while tokio::net::TcpStream::connect(&addr).await.is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "still accepting 10 s after SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let signalled = std::time::Instant::now();
+    conn.write_all(request).await.unwrap();
+    let second = read_response(&mut conn)
+        .await
+        .expect("the kept-alive connection was closed under its client at shutdown");
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(
+        second.to_ascii_lowercase().contains("connection: close"),
+        "{second}"
+    );
+    assert_eq!(
+        read_response(&mut conn).await,
+        None,
+        "the connection ends after it"
+    );
+    let status = tokio::task::spawn_blocking(move || server.wait().unwrap())
+        .await
+        .unwrap();
+    assert!(status.success(), "graceful exit on SIGTERM: {status:?}");
+    assert!(
+        signalled.elapsed() < load_control_api::edge::DRAIN_WINDOW,
+        "the exit waited out the drain window with no connection left: {:?}",
+        signalled.elapsed()
+    );
+}

@@ -74,6 +74,13 @@ fn while_watching_ready<T: Send>(
     work: impl FnOnce() -> T + Send,
 ) -> (T, (Duration, u32)) {
     use std::sync::atomic::{AtomicBool, Ordering};
+    /// Stops the watcher however `work` ends: a panic in it must not leave the scope waiting.
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(false, Ordering::Relaxed);
+        }
+    }
     let watching = AtomicBool::new(true);
     std::thread::scope(|s| {
         let watcher = s.spawn(|| {
@@ -90,8 +97,10 @@ fn while_watching_ready<T: Send>(
             }
             (longest, samples)
         });
-        let out = work();
-        watching.store(false, Ordering::Relaxed);
+        let out = {
+            let _stop = Stop(&watching);
+            work()
+        };
         (out, watcher.join().unwrap())
     })
 }
@@ -731,6 +740,14 @@ fn pods_run(r: &Release, tag: &str, pods: usize) -> bool {
         })
 }
 
+/// A fault's figures mean something only if NiFi was still calling when it ended.
+fn assert_load_still_running(sim: &mut std::process::Child, fault: &str) {
+    assert!(
+        sim.try_wait().unwrap().is_none(),
+        "NiFi's load ended before {fault} did: give it more runs"
+    );
+}
+
 async fn schema_version(r: &Release) -> i32 {
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
     ledger::schema::read_version(&mut conn).await.unwrap()
@@ -770,7 +787,7 @@ async fn load_under_way(r: &Release, job_key: &str, at_least: i64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_previous_release_upgraded_and_rolled_back_under_load() {
     const JOB: &str = "NODE_UPGRADE";
-    const RUNS: usize = 10;
+    const RUNS: usize = 200;
     let previous = std::env::var("LC_PREVIOUS_IMAGE_TAG")
         .expect("LC_PREVIOUS_IMAGE_TAG: the previous release's image (scripts/previous-release)");
     let previous_chart = std::env::var("LC_PREVIOUS_CHART")
@@ -802,7 +819,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
         ("upgrade", current.as_str()),
         ("rollback", previous.as_str()),
     ] {
-        let sim = r.start_simulation(JOB, &load);
+        let mut sim = r.start_simulation(JOB, &load);
         let done = phases.len() as i64 * RUNS as i64;
         load_under_way(&r, JOB, done + 2).await;
         let started = Instant::now();
@@ -826,6 +843,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
             .unwrap();
         });
         let rolled = started.elapsed();
+        assert_load_still_running(&mut sim, phase);
         let schema = schema_version(&r).await;
         let summary = Release::summary(sim);
         assert_all_succeeded(&summary, RUNS);
@@ -857,4 +875,164 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
     eprintln!("node faults: {figures}");
     r.k(&["delete", "loadjob", "faults", "--wait=false"]);
     r.remove().await;
+}
+
+/// Issue 27 item 7: `kubectl drain` of the node under NiFi load, respecting the chart's
+/// PodDisruptionBudget (minAvailable 1). On the single node a drain is a cordon and evictions:
+/// the drain selects the release's two original pods; the first eviction goes through, the PDB
+/// refuses the second while the first one's replacement cannot be scheduled, so the drain gives
+/// up at its timeout; the node is uncordoned and the replacement becomes Ready. A second drain
+/// then takes the other original pod (replacements do not carry the drain's label), so both go,
+/// the leader among them. An evicted pod keeps serving through its preStop until its endpoint is
+/// gone, stops its workers, and releases the Lease before it exits: the other pod leads well
+/// before the Lease would have expired. NiFi sees no failed call, and there is always a ready pod.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_node_drained_one_pod_at_a_time_under_load() {
+    const JOB: &str = "NODE_DRAIN";
+    const RUNS: usize = 100;
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("drain", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    // A label of this release's pods alone: a drain's pod selector spans every namespace.
+    install(&r, JOB).await;
+    let node = r.node.kubectl(&["get", "nodes", "-o", "name"]).unwrap();
+    let node = node.trim().to_string();
+    let original: Vec<String> = r
+        .server_pods()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    // The original pods carry a label of their own (their replacements will not): a drain's pod
+    // selector spans every namespace, so its value is this release's namespace.
+    let selector = format!("lc-drain={}", r.ns);
+    r.k(&[
+        &["label", "pod"][..],
+        &original.iter().map(String::as_str).collect::<Vec<_>>(),
+        &[&selector],
+    ]
+    .concat());
+    let mut sim = r.start_simulation(JOB, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
+    load_under_way(&r, JOB, 2).await;
+    let (rounds, outage) = while_watching_ready(&r, || {
+        let mut rounds: Vec<Value> = vec![];
+        // Two drains: both original pods selected, then the one the PDB kept.
+        for round in 0..2 {
+            let leader = r.lease_holder_pod();
+            r.node.kubectl(&["cordon", &node]).unwrap();
+            let started = Instant::now();
+            // While the drain runs: when a pod is marked for deletion, and when the Lease has
+            // left the pod that held it.
+            let (drained, evicted_at, handover) = std::thread::scope(|s| {
+                let drain = s.spawn(|| {
+                    r.node.kubectl(&[
+                        "drain",
+                        &node,
+                        "--pod-selector",
+                        &selector,
+                        "--ignore-daemonsets",
+                        "--delete-emptydir-data",
+                        "--timeout",
+                        "25s",
+                    ])
+                });
+                let (mut evicted_at, mut handover) = (None::<Instant>, None::<Duration>);
+                while !drain.is_finished() {
+                    let marked = r
+                        .server_pods()
+                        .iter()
+                        .any(|p| !p["metadata"]["deletionTimestamp"].is_null());
+                    if marked && evicted_at.is_none() {
+                        evicted_at = Some(Instant::now());
+                    }
+                    if let (Some(at), None) = (evicted_at, handover)
+                        && r.lease_holder_pod()
+                            .is_some_and(|h| Some(&h) != leader.as_ref())
+                    {
+                        handover = Some(at.elapsed());
+                    }
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                (drain.join().unwrap(), evicted_at, handover)
+            });
+            let uncordon = r.node.kubectl(&["uncordon", &node]);
+            // The first drain is expected to give up: the second eviction is refused until the
+            // node takes pods again. The second has one pod to evict, and the PDB lets it go.
+            let out = match (round, drained) {
+                (0, Err(e)) => format!("{e:#}"),
+                (1, Ok(out)) => out,
+                (_, result) => panic!("round {round}: drain {result:?}"),
+            };
+            uncordon.unwrap();
+            let evicted: Vec<String> = out
+                .lines()
+                .filter_map(|l| l.trim().strip_prefix("pod/")?.strip_suffix(" evicted"))
+                .map(str::to_string)
+                .collect();
+            assert_eq!(evicted.len(), 1, "round {round}: one pod evicted: {out}");
+            assert!(
+                evicted_at.is_some(),
+                "round {round}: no pod was marked for deletion"
+            );
+            if round == 0 {
+                assert!(
+                    out.contains("disruption budget"),
+                    "round {round}: the second eviction refused by the PDB: {out}"
+                );
+            }
+            // The evicted pod gone, its replacement Ready, and a leader.
+            wait_for("the evicted pod replaced", Duration::from_secs(120), || {
+                let pods = r.server_pods();
+                Ok((pods.len() == 2
+                    && ready_pods(&r) == 2
+                    && pods
+                        .iter()
+                        .all(|p| p["metadata"]["name"] != evicted[0].as_str()))
+                .then_some(()))
+            })
+            .unwrap();
+            let leader_after = wait_for("a leader", Duration::from_secs(60), || {
+                Ok(r.lease_holder_pod().filter(|p| p != &evicted[0]))
+            })
+            .unwrap();
+            let led = leader.as_deref() == Some(evicted[0].as_str());
+            if led {
+                // Released at shutdown: the standby takes it at its next retry after the
+                // preStop's 5 s. Had it expired instead, 15 s more (leaseDuration).
+                let handover =
+                    handover.expect("the Lease left the drained leader during the drain");
+                assert!(
+                    handover < Duration::from_secs(12),
+                    "round {round}: the Lease moved {handover:?} after the eviction: expired, not released"
+                );
+            }
+            rounds.push(
+                json!({"round": round, "evicted": evicted[0], "evicted_led": led,
+                "lease_handover_seconds": handover.filter(|_| led).map(|d| d.as_secs_f64()),
+                "leader_after": leader_after, "seconds": started.elapsed().as_secs_f64()}),
+            );
+        }
+        rounds
+    });
+    // Both original pods drained, one of them the leader.
+    for pod in &original {
+        assert!(
+            rounds.iter().any(|r| r["evicted"] == pod.as_str()),
+            "{pod} never drained: {rounds:?}"
+        );
+    }
+    assert!(
+        rounds.iter().any(|r| r["evicted_led"] == true),
+        "{rounds:?}"
+    );
+    assert_load_still_running(&mut sim, "the drain");
+    let summary = Release::summary(sim);
+    let (requests, availability) = availability(&summary);
+    assert_eq!(outage.0, Duration::ZERO, "a moment without a ready pod");
+    assert!(
+        availability >= 0.999,
+        "availability {availability}: {summary}"
+    );
+    let figures = json!({"bench": "node_drain", "rounds": rounds, "nifi_requests": requests,
+        "availability": availability,
+        "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()});
+    conclude(r, JOB, RUNS, &summary, figures).await;
 }
