@@ -854,8 +854,12 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
             "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
             "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()}),
         );
+        // The pods that go are the previous release's in the upgrade: 0.1.0 has no preStop
+        // and closes its connections at SIGTERM, while its endpoint is still being removed, so
+        // NiFi retries a few calls. In the rollback they are this release's, which drain.
+        let floor = if phase == "upgrade" { 0.99 } else { 0.999 };
         assert!(
-            availability >= 0.99,
+            availability >= floor,
             "{phase}: availability {availability}: {summary}"
         );
         assert_eq!(
