@@ -753,8 +753,9 @@ async fn schema_version(r: &Release) -> i32 {
     ledger::schema::read_version(&mut conn).await.unwrap()
 }
 
-/// Waits until NiFi's load has `at_least` runs of `job_key` in the ledger that are past CREATED.
-async fn load_under_way(r: &Release, job_key: &str, at_least: i64) {
+/// Waits until NiFi's load (`sim`, still running) has `at_least` runs of `job_key` in the ledger
+/// that are past CREATED.
+async fn load_under_way(r: &Release, sim: &mut std::process::Child, job_key: &str, at_least: i64) {
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
     let started = Instant::now();
     loop {
@@ -767,6 +768,9 @@ async fn load_under_way(r: &Release, job_key: &str, at_least: i64) {
         .unwrap();
         if n >= at_least {
             return;
+        }
+        if let Some(status) = sim.try_wait().unwrap() {
+            panic!("nifi-sim ended ({status}) before its load got under way");
         }
         assert!(
             started.elapsed() < Duration::from_secs(120),
@@ -821,7 +825,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
     ] {
         let mut sim = r.start_simulation(JOB, &load);
         let done = phases.len() as i64 * RUNS as i64;
-        load_under_way(&r, JOB, done + 2).await;
+        load_under_way(&r, &mut sim, JOB, done + 2).await;
         let started = Instant::now();
         let (_, outage) = while_watching_ready(&r, || {
             if phase == "upgrade" {
@@ -915,7 +919,7 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
     ]
     .concat());
     let mut sim = r.start_simulation(JOB, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
-    load_under_way(&r, JOB, 2).await;
+    load_under_way(&r, &mut sim, JOB, 2).await;
     let (rounds, outage) = while_watching_ready(&r, || {
         let mut rounds: Vec<Value> = vec![];
         // Two drains: both original pods selected, then the one the PDB kept.
