@@ -225,7 +225,7 @@ class LifecycleTest {
         Flow.routeTo(metrics, "stored", Map.of("stored",
                 "${invokehttp.status.code:equals('200'):and(${lca.failCount:equals('0')})}"));
         Flow.FF verdict = Flow.evaluateJsonPath(flow.post(RUN + "/stage-validated", metrics, "{}"),
-                Map.of("lca.stageValidated", "$.stageValidated", "lca.reasons", "$.reasons"));
+                Map.of("lca.stageValidated", "$.stageValidated"));
         Flow.routeTo(verdict, "validated", Map.of("validated", okAnd("lca.stageValidated")));
         // PG-50
         Flow.FF pub = Flow.update(verdict, Map.of("lca.publishToken", "${UUID()}"));

@@ -1,0 +1,200 @@
+//! Apache NiFi 2.6.0's own processors against the real load-control (issue 29, item 7): the Maven
+//! module `e2e/nifi-processors` runs InvokeHTTP, ReplaceText, EvaluateJsonPath, RouteOnAttribute,
+//! SplitJson and HandleHttpRequest/HandleHttpResponse (PG-05) through nifi-mock's TestRunner,
+//! against an api-server and two operators (the dispatcher) started here on a private
+//! PostgreSQL. The dispatcher's receiver URL is the port the module's HandleHttpRequest listens
+//! on. Passes when Maven exits 0, Surefire ran tests and none failed, and the ledger shows each
+//! run SUCCESS with its VALIDATE_RUN dispatch delivered (202 from HandleHttpResponse) and
+//! acknowledged.
+//!
+//! Needs Maven and a JDK 21 or newer (`.ci/run` installs them): `LC_JAVA_HOME`, else the
+//! Temurin 25 JDK at /usr/lib/jvm/temurin-25-jdk-amd64, else any JDK ≥ 21 under /usr/lib/jvm.
+//! `LC_SKIP_NIFI_PROCESSORS=1` skips it (say so in a report: the module then did not run).
+use e2e::standalone::{NIFI_TOKEN, System, repo};
+use sqlx::Connection;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const JOB: &str = "NIFI_PROCESSORS";
+
+/// A JDK ≥ 21: `LC_JAVA_HOME`, else Temurin 25, else the newest ≥ 21 under /usr/lib/jvm.
+fn java_home() -> Result<PathBuf, String> {
+    let version = |home: &Path| -> Option<u32> {
+        let release = std::fs::read_to_string(home.join("release")).ok()?;
+        let line = release.lines().find(|l| l.starts_with("JAVA_VERSION="))?;
+        line.trim_start_matches("JAVA_VERSION=")
+            .trim_matches('"')
+            .split('.')
+            .next()?
+            .parse()
+            .ok()
+    };
+    if let Ok(home) = std::env::var("LC_JAVA_HOME") {
+        let home = PathBuf::from(home);
+        return match version(&home) {
+            Some(v) if v >= 21 => Ok(home),
+            v => Err(format!(
+                "LC_JAVA_HOME={} is Java {v:?}, not ≥ 21",
+                home.display()
+            )),
+        };
+    }
+    let temurin = PathBuf::from("/usr/lib/jvm/temurin-25-jdk-amd64");
+    if version(&temurin).is_some_and(|v| v >= 21) {
+        return Ok(temurin);
+    }
+    let mut found: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/jvm")
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join("bin/javac").exists())
+                .filter_map(|p| version(&p).map(|v| (v, p)))
+                .filter(|(v, _)| *v >= 21)
+                .collect()
+        })
+        .unwrap_or_default();
+    found.sort();
+    found.pop().map(|(_, p)| p).ok_or_else(|| {
+        "no JDK 21 or newer: NiFi 2.6.0's processors need one. Install the Temurin 25 JDK at \
+         /usr/lib/jvm/temurin-25-jdk-amd64 or Debian's openjdk-21-jdk (.ci/run does), or set \
+         LC_JAVA_HOME; LC_SKIP_NIFI_PROCESSORS=1 skips this test"
+            .to_string()
+    })
+}
+
+fn mvn(module: &Path, java: &Path, args: &[&str], env: &[(&str, String)]) -> Output {
+    Command::new("mvn")
+        .current_dir(module)
+        .env("JAVA_HOME", java)
+        // Maven's own Guava warns about sun.misc.Unsafe on Java 24+.
+        .env("MAVEN_OPTS", "--sun-misc-unsafe-memory-access=allow")
+        .args(["-B", "-ntp", "-Dstyle.color=never"])
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .output()
+        .unwrap_or_else(|e| {
+            panic!("mvn cannot be run ({e}): install Maven (.ci/run installs Debian's maven)")
+        })
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// (tests, failures + errors, skipped) summed over Surefire's XML reports.
+fn surefire_counts(module: &Path) -> (u64, u64, u64) {
+    let dir = module.join("target/surefire-reports");
+    let mut counts = (0, 0, 0);
+    for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "xml") {
+            continue;
+        }
+        let xml = std::fs::read_to_string(&path).unwrap_or_default();
+        let Some(start) = xml.find("<testsuite ") else {
+            continue;
+        };
+        let head = &xml[start..start + xml[start..].find('>').unwrap_or(0)];
+        let attr = |name: &str| -> u64 {
+            head.split_once(&format!(" {name}=\""))
+                .and_then(|(_, rest)| rest.split('"').next())
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0)
+        };
+        counts.0 += attr("tests");
+        counts.1 += attr("failures") + attr("errors");
+        counts.2 += attr("skipped");
+    }
+    counts
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nifis_own_processors_drive_whole_runs() {
+    if std::env::var("LC_SKIP_NIFI_PROCESSORS").is_ok_and(|v| v == "1") {
+        eprintln!("LC_SKIP_NIFI_PROCESSORS=1: NiFi's processors were NOT run");
+        return;
+    }
+    let java = java_home().unwrap_or_else(|e| panic!("{e}"));
+    let module = repo().join("e2e/nifi-processors");
+    // Dependencies and compilation first (Maven Central the first time), so that the timed part
+    // below is the run itself.
+    let t = Instant::now();
+    let prep = mvn(
+        &module,
+        &java,
+        &["-q", "dependency:go-offline", "test-compile"],
+        &[],
+    );
+    assert!(
+        prep.status.success(),
+        "mvn test-compile failed:\n{}",
+        text(&prep)
+    );
+    eprintln!(
+        "nifi-processors: prepared in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+
+    let sys = System::start("nifiproc").await.expect("standalone system");
+    let _ = std::fs::remove_dir_all(module.join("target/surefire-reports"));
+    let t = Instant::now();
+    let out = mvn(
+        &module,
+        &java,
+        &["surefire:test"],
+        &[
+            ("LC_API_URL", sys.base.clone()),
+            ("LC_NIFI_TOKEN", NIFI_TOKEN.to_string()),
+            ("LC_RECEIVER_PORT", sys.receiver_port.to_string()),
+            ("LC_JOB_KEY", JOB.to_string()),
+        ],
+    );
+    let took = t.elapsed();
+    let log = text(&out);
+    let (tests, failed, skipped) = surefire_counts(&module);
+    eprintln!(
+        "nifi-processors: {tests} tests, {failed} failed, {skipped} skipped in {:.1} s",
+        took.as_secs_f64()
+    );
+    assert!(
+        out.status.success() && tests > 0 && failed == 0 && skipped == 0,
+        "mvn surefire:test: {} ({tests} tests, {failed} failed, {skipped} skipped)\n{log}\n\
+         api-server log:\n{}",
+        out.status,
+        sys.api.log_tail(40)
+    );
+
+    // What the ledger says: every run of the job SUCCESS, each VALIDATE_RUN delivered to
+    // HandleHttpRequest (answered 202 by HandleHttpResponse) and acknowledged by the flow.
+    let mut conn = sqlx::PgConnection::connect(&sys.db_url).await.unwrap();
+    let runs: Vec<(uuid::Uuid, String)> =
+        sqlx::query_as("SELECT run_id, status FROM nifi_ops.load_run WHERE job_key = $1")
+            .bind(JOB)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert!(!runs.is_empty(), "no run was created:\n{log}");
+    for (run, status) in &runs {
+        assert_eq!(status, "SUCCESS", "run {run}:\n{log}");
+        let dispatches: Vec<(String, String, Option<i32>)> = sqlx::query_as(
+            "SELECT dispatch_type, status, last_http_status FROM nifi_ops.load_dispatch \
+             WHERE run_id = $1",
+        )
+        .bind(run)
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert!(
+            dispatches
+                .iter()
+                .any(|(t, s, h)| t == "VALIDATE_RUN" && s == "ACKED" && *h == Some(202)),
+            "run {run}: the VALIDATE_RUN dispatch was not delivered and acknowledged: {dispatches:?}"
+        );
+    }
+    assert!(took < Duration::from_secs(600));
+    sys.stop();
+}
