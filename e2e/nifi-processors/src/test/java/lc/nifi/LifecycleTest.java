@@ -299,4 +299,59 @@ class LifecycleTest {
         assertEquals("200", detail.attr("lca.extractedCount"), detail.toString());
         System.out.println("LCA_RUN " + run.attr("lca.runId") + " SUCCESS");
     }
+
+    /** PG-05: the REISSUE_PARTITION dispatch for the run, read as PG-20's input. */
+    Flow.FF receiveReissue(Flow.FF run) throws InterruptedException {
+        String runId = run.attr("lca.runId");
+        Flow.FF d = pg05.await(f -> runId.equals(f.attr("http.headers.X-Run-Id"))
+                && f.attr("http.request.uri").startsWith("/reissue/"), 90);
+        assertEquals("/reissue/" + jobKey, d.attr("http.request.uri"));
+        d = Flow.evaluateJsonPath(d, Map.of("lca.runId", "$.runId", "lca.dispatchId", "$.dispatchId",
+                "lca.partitionId", "$.partitionId", "lca.hdfsRunPath", "$.hdfsRunPath",
+                "lca.expectedRowCount", "$.expectedRowCount", "lca.snapshotScn", "$.snapshotScn",
+                "lca.lowerBound", "$.lowerBound", "lca.upperBound", "$.upperBound"));
+        assertEquals(d.attr("http.headers.X-Dispatch-Id"), d.attr("lca.dispatchId"), d.toString());
+        Flow.routeTo(d, "reissue", Map.of(
+                "validate", "${http.request.uri:startsWith('/validate/')}",
+                "reissue", "${http.request.uri:startsWith('/reissue/')}"));
+        Map<String, String> attrs = new HashMap<>(d.attrs());
+        attrs.put("lca.api", flow.api);
+        attrs.put("lca.workerNode", "nifi-02");
+        return Flow.FF.empty(attrs);
+    }
+
+    @Test
+    @Order(2)
+    void a_partition_whose_node_died_is_reissued_to_pg05_and_the_run_completes() throws Exception {
+        Flow.FF run = createRun("nifi-proc-reissue-" + System.currentTimeMillis());
+        List<Flow.FF> parts = manifest(run);
+        // Partition 0001 goes through; 0000's node claims it and dies before its first chunk.
+        Flow.FF p0 = parts.stream().filter(p -> "0000".equals(p.attr("lca.partitionId"))).findFirst().orElseThrow();
+        Flow.FF p1 = parts.stream().filter(p -> "0001".equals(p.attr("lca.partitionId"))).findFirst().orElseThrow();
+        extract(claim(p1));
+        Flow.FF dead = claim(p0);
+
+        // The sweeper finds it stale and the dispatcher sends REISSUE_PARTITION to PG-05.
+        Flow.FF reissue = receiveReissue(run);
+        assertEquals("0000", reissue.attr("lca.partitionId"), reissue.toString());
+        assertEquals(run.attr("lca.hdfsRunPath"), reissue.attr("lca.hdfsRunPath"), reissue.toString());
+        assertEquals("100", reissue.attr("lca.expectedRowCount"), reissue.toString());
+        assertEquals(run.attr("lca.snapshotScn"), reissue.attr("lca.snapshotScn"), reissue.toString());
+
+        // PG-20 from the dispatch: a new claim (attempt 2), then the chunks.
+        Flow.FF claimed = claim(reissue);
+        assertEquals("2", claimed.attr("lca.attempt"), claimed.toString());
+        // The dead node's late report is refused: 409 CLAIM_MISMATCH, routed to PG-90.
+        Flow.FF late = chunk(dead, 0);
+        Flow.routeTo(late, "mismatch", Map.of("mismatch", refused("CLAIM_MISMATCH"),
+                "recorded", okAnd("lca.recorded")));
+        Flow.FF last = extract(claimed);
+        assertEquals("true", last.attr("lca.validationScheduled"), last.toString());
+
+        Flow.FF done = validateAndPublish(receiveValidate(run));
+        assertEquals("SUCCESS", done.attr("lca.runStatus"), done.toString());
+        Flow.FF detail = runDetail(run);
+        Flow.routeTo(detail, "final", Map.of("final", "${lca.runStatus:equals('SUCCESS')}"));
+        assertEquals("200", detail.attr("lca.extractedCount"), detail.toString());
+    }
 }
