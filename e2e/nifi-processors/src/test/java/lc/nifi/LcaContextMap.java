@@ -14,24 +14,38 @@ import org.apache.nifi.http.HttpContextMap;
  * StandardHttpContextMap (nifi-http-context-map) is not published to Maven Central, so this is
  * the same contract written against its interface: a request is held until HandleHttpResponse
  * answers it (at most {@link #MAX_OUTSTANDING} at once; more are refused with 503 by
- * HandleHttpRequest), and an unanswered one expires after the request timeout (the async context
- * answers it then, as NiFi's map answers 503).
+ * HandleHttpRequest), and one left unanswered past the request timeout is answered 503, as NiFi's
+ * map does (here when the next request is registered, instead of on a timer).
  */
 public class LcaContextMap extends AbstractControllerService implements HttpContextMap {
     static final int MAX_OUTSTANDING = 50;
     static final long REQUEST_TIMEOUT_MS = 60_000;
 
-    private record Held(HttpServletRequest request, HttpServletResponse response, AsyncContext async) {}
+    private record Held(HttpServletResponse response, AsyncContext async, long registeredNanos) {}
 
     private final ConcurrentMap<String, Held> held = new ConcurrentHashMap<>();
 
     @Override
     public boolean register(String id, HttpServletRequest request, HttpServletResponse response, AsyncContext async) {
+        expire();
         if (held.size() >= MAX_OUTSTANDING) {
             return false;
         }
-        async.setTimeout(REQUEST_TIMEOUT_MS);
-        return held.putIfAbsent(id, new Held(request, response, async)) == null;
+        return held.putIfAbsent(id, new Held(response, async, System.nanoTime())) == null;
+    }
+
+    private void expire() {
+        long now = System.nanoTime();
+        held.forEach((id, h) -> {
+            if (now - h.registeredNanos() > TimeUnit.MILLISECONDS.toNanos(REQUEST_TIMEOUT_MS) && held.remove(id, h)) {
+                try {
+                    h.response().sendError(HttpServletResponse.SC_SERVICE_UNAVAILABLE, "Request expired");
+                } catch (java.io.IOException | IllegalStateException e) {
+                    // the client is gone
+                }
+                h.async().complete();
+            }
+        });
     }
 
     @Override

@@ -354,4 +354,33 @@ class LifecycleTest {
         Flow.routeTo(detail, "final", Map.of("final", "${lca.runStatus:equals('SUCCESS')}"));
         assertEquals("200", detail.attr("lca.extractedCount"), detail.toString());
     }
+
+    /**
+     * What PG-05 answers to what it must not take, as the dispatcher's §6.5 classification relies
+     * on: a path under a prefix (a receiver URL with a path, `…/lca/validate/…`) gets 404, which
+     * makes a dispatch DEAD at once (hence load-control refuses such URLs, docs/nifi.md), and a
+     * method other than POST gets 405.
+     */
+    @Test
+    @Order(3)
+    void pg05_refuses_a_prefixed_path_and_other_methods() throws Exception {
+        java.net.http.HttpClient http = java.net.http.HttpClient.newBuilder()
+                .version(java.net.http.HttpClient.Version.HTTP_1_1).build();
+        String base = "http://127.0.0.1:" + env("LC_RECEIVER_PORT");
+        String body = "{\"runId\":\"00000000-0000-4000-8000-000000000000\"}";
+        java.util.function.BiFunction<String, String, Integer> send = (method, path) -> {
+            try {
+                return http.send(java.net.http.HttpRequest.newBuilder(java.net.URI.create(base + path))
+                                .method(method, java.net.http.HttpRequest.BodyPublishers.ofString(body))
+                                .header("Content-Type", "application/json").build(),
+                        java.net.http.HttpResponse.BodyHandlers.discarding()).statusCode();
+            } catch (Exception e) {
+                throw new AssertionError(method + " " + path, e);
+            }
+        };
+        assertEquals(404, send.apply("POST", "/lca/validate/" + jobKey));
+        assertEquals(404, send.apply("POST", "/validate/" + jobKey + "/"));
+        assertEquals(405, send.apply("PUT", "/validate/" + jobKey));
+        assertEquals(405, send.apply("GET", "/reissue/" + jobKey));
+    }
 }
