@@ -17,6 +17,10 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 const JOB: &str = "NIFI_PROCESSORS";
+/// The dispatcher signs every dispatch (`nifi.signing_keys`); PG-05 checks each signature from
+/// HandleHttpRequest's `http.headers.X-Lca-*` attributes as docs/nifi.md tells it to.
+const KEY_ID: &str = "k-nifi.2026";
+const KEY_SECRET: &str = "nifi-processors-signing-s3cret";
 
 /// The major version a JDK's `release` file gives.
 fn jdk_major(home: &Path) -> Option<u32> {
@@ -144,7 +148,12 @@ async fn nifis_own_processors_drive_whole_runs() {
         t.elapsed().as_secs_f64()
     );
 
-    let sys = System::start("nifiproc").await.expect("standalone system");
+    let sys = System::start_with_nifi(
+        "nifiproc",
+        &format!(", signing_keys: [{{id: {KEY_ID}, secret: \"{KEY_SECRET}\"}}]"),
+    )
+    .await
+    .expect("standalone system");
     let _ = std::fs::remove_dir_all(module.join("target/surefire-reports"));
     let t = Instant::now();
     let out = mvn(
@@ -156,6 +165,8 @@ async fn nifis_own_processors_drive_whole_runs() {
             ("LC_NIFI_TOKEN", NIFI_TOKEN.to_string()),
             ("LC_RECEIVER_PORT", sys.receiver_port.to_string()),
             ("LC_JOB_KEY", JOB.to_string()),
+            ("LC_SIGNING_KEY_ID", KEY_ID.to_string()),
+            ("LC_SIGNING_SECRET", KEY_SECRET.to_string()),
         ],
     );
     let took = t.elapsed();

@@ -190,14 +190,42 @@ class LifecycleTest {
 
     // ---- PG-05 → PG-40 → PG-50 → PG-60 ----
 
+    /**
+     * PG-05's signature check (docs/nifi.md, "What PG-05 does"), on what HandleHttpRequest hands
+     * the flow: the headers as `http.headers.X-Lca-Key-Id`, `…X-Lca-Timestamp` and
+     * `…X-Lca-Signature`, spelt as load-control sends them; the HMAC-SHA256 of
+     * `<timestamp>.<body bytes>` with the key of that id, lower-case hex, compared in constant
+     * time; the timestamp within 300 s.
+     */
+    static void checkSignature(Flow.FF d) throws Exception {
+        String keyId = env("LC_SIGNING_KEY_ID");
+        String secret = env("LC_SIGNING_SECRET");
+        assertEquals(keyId, d.attr("http.headers.X-Lca-Key-Id"), "key id, " + d);
+        String ts = d.attr("http.headers.X-Lca-Timestamp");
+        String sig = d.attr("http.headers.X-Lca-Signature");
+        assertNotNull(ts, "X-Lca-Timestamp, " + d);
+        assertNotNull(sig, "X-Lca-Signature, " + d);
+        assertTrue(Math.abs(System.currentTimeMillis() / 1000 - Long.parseLong(ts)) <= 300, "timestamp " + ts);
+        javax.crypto.Mac mac = javax.crypto.Mac.getInstance("HmacSHA256");
+        mac.init(new javax.crypto.spec.SecretKeySpec(
+                secret.getBytes(java.nio.charset.StandardCharsets.UTF_8), "HmacSHA256"));
+        mac.update((ts + ".").getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        String expected = java.util.HexFormat.of().formatHex(mac.doFinal(d.content()));
+        assertTrue(java.security.MessageDigest.isEqual(
+                expected.getBytes(java.nio.charset.StandardCharsets.US_ASCII),
+                sig.getBytes(java.nio.charset.StandardCharsets.US_ASCII)),
+                "X-Lca-Signature " + sig + " is not HMAC-SHA256(" + ts + ".<body>): " + d);
+    }
+
     /** PG-05: the VALIDATE_RUN dispatch for the run, as HandleHttpRequest hands it to the flow. */
-    Flow.FF receiveValidate(Flow.FF run) throws InterruptedException {
+    Flow.FF receiveValidate(Flow.FF run) throws Exception {
         String runId = run.attr("lca.runId");
         Flow.FF d = pg05.await(f -> runId.equals(f.attr("http.headers.X-Run-Id"))
                 && f.attr("http.request.uri").startsWith("/validate/"), 60);
         assertEquals("POST", d.attr("http.method"));
         assertEquals("/validate/" + jobKey, d.attr("http.request.uri"));
         assertEquals("HTTP/1.1", d.attr("http.protocol"));
+        checkSignature(d);
         assertTrue(d.attr("mime.type").startsWith("application/json"), d.toString());
         d = Flow.evaluateJsonPath(d, Map.of("lca.runId", "$.runId", "lca.dispatchId", "$.dispatchId"));
         assertEquals(d.attr("http.headers.X-Dispatch-Id"), d.attr("lca.dispatchId"), d.toString());
@@ -301,11 +329,12 @@ class LifecycleTest {
     }
 
     /** PG-05: the REISSUE_PARTITION dispatch for the run, read as PG-20's input. */
-    Flow.FF receiveReissue(Flow.FF run) throws InterruptedException {
+    Flow.FF receiveReissue(Flow.FF run) throws Exception {
         String runId = run.attr("lca.runId");
         Flow.FF d = pg05.await(f -> runId.equals(f.attr("http.headers.X-Run-Id"))
                 && f.attr("http.request.uri").startsWith("/reissue/"), 90);
         assertEquals("/reissue/" + jobKey, d.attr("http.request.uri"));
+        checkSignature(d);
         d = Flow.evaluateJsonPath(d, Map.of("lca.runId", "$.runId", "lca.dispatchId", "$.dispatchId",
                 "lca.partitionId", "$.partitionId", "lca.hdfsRunPath", "$.hdfsRunPath",
                 "lca.expectedRowCount", "$.expectedRowCount", "lca.snapshotScn", "$.snapshotScn",
