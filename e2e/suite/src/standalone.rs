@@ -280,6 +280,14 @@ impl System {
         System::start_on(name, db_url, Some(pg), "").await
     }
 
+    /// [`System::start`] with more keys in the `nifi:` section of the configuration
+    /// (`, signing_keys: [{id: k1, secret: "…"}]`).
+    pub async fn start_with_nifi(name: &str, nifi: &str) -> anyhow::Result<System> {
+        let pg = PgServer::start(name)?;
+        let db_url = pg.create_db(name)?;
+        System::start_configured(name, db_url, Some(pg), "", nifi).await
+    }
+
     /// The same system on the database at `db_url`; `database` adds keys to the `database:`
     /// section of the configuration (`, pool_max_lifetime: 30s`).
     pub async fn start_on(
@@ -287,6 +295,16 @@ impl System {
         db_url: String,
         pg: Option<PgServer>,
         database: &str,
+    ) -> anyhow::Result<System> {
+        System::start_configured(name, db_url, pg, database, "").await
+    }
+
+    async fn start_configured(
+        name: &str,
+        db_url: String,
+        pg: Option<PgServer>,
+        database: &str,
+        nifi: &str,
     ) -> anyhow::Result<System> {
         let logs = std::env::temp_dir().join(format!(
             "lc-{name}-logs-{}",
@@ -303,7 +321,7 @@ impl System {
                 "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
              database: {{url: \"{db_url}\", pool_size: 8{database}}}\n\
              auth: {{tokens: [{{name: sim-nifi, role: nifi, sha256: {digest}}}]}}\n\
-             nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}\", timeout_seconds: 2}}\n\
+             nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}\", timeout_seconds: 2{nifi}}}\n\
              recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
              dispatch: {{lease: 5s, poll_interval: 1s, backoff_min: 1s, backoff_max: 3s, ack_timeout: 10s, max_attempts: 60}}\n\
              worker: {{metrics_port: null}}\n\
