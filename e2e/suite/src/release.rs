@@ -125,6 +125,33 @@ impl Release {
 
     /// The same with another tree's chart (a previous release's, for the upgrade test).
     pub fn helm_install_chart(&self, verb: &str, chart: &str, tag: &str, sets: &[&str]) -> String {
+        self.helm_run(verb, chart, tag, sets, "--wait")
+    }
+
+    /// `helm install` that waits for its hooks only, not for Ready pods (a release that is
+    /// expected not to be ready).
+    pub fn helm_install_unready(&self, tag: &str, sets: &[&str]) -> String {
+        let chart = self.path("charts/load-control");
+        self.helm_run("install", &chart, tag, sets, "--wait=hookOnly")
+    }
+
+    /// This release's ledger replaced by `other`'s database (its Secret rewritten; before
+    /// installing): two releases, one ledger.
+    pub fn share_ledger_of(&mut self, other: &Release) {
+        let base = |url: &str| url.rsplit_once('/').unwrap().0.to_string();
+        let in_cluster = format!("{}/{}", base(self.node.pg_url_in_cluster()), other.db);
+        self.k(&["delete", "secret", "lc-db"]);
+        self.k(&[
+            "create",
+            "secret",
+            "generic",
+            "lc-db",
+            &format!("--from-literal=DATABASE_URL={in_cluster}"),
+        ]);
+        self.ledger_url = other.ledger_url.clone();
+    }
+
+    fn helm_run(&self, verb: &str, chart: &str, tag: &str, sets: &[&str], wait: &str) -> String {
         let receiver = format!(
             "config.nifi.receiver_url=http://{}:{RECEIVER_PORT}",
             self.node.ip()
@@ -150,7 +177,7 @@ impl Release {
             // Namespace mode: this release never touches another installation's LoadJobs.
             "--set",
             &watch,
-            "--wait",
+            wait,
             "--wait-for-jobs",
             "--timeout",
             "180s",

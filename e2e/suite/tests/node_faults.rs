@@ -1044,3 +1044,112 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
         "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()});
     conclude(r, JOB, RUNS, &summary, figures).await;
 }
+
+async fn leader_epoch(r: &Release) -> i64 {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    epoch
+}
+
+/// The operator's `/readyz` in `pod`, from inside the pod's network (the node's netns).
+fn operator_readyz(r: &Release, pod: &str) -> Value {
+    let Some(ip) = r.kj(&["get", "pod", pod])["status"]["podIP"]
+        .as_str()
+        .map(str::to_string)
+    else {
+        return Value::Null; // not started yet
+    };
+    let out = r
+        .node
+        .in_netns("curl")
+        .args(["-s", "--max-time", "5", &format!("http://{ip}:9100/readyz")])
+        .output()
+        .unwrap();
+    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+}
+
+/// Issue 27 item 5: a second release installed on the first one's ledger database is refused,
+/// on the real node, while the first serves NiFi: its pods never become ready (so NiFi cannot
+/// write through it), its operators do not lead and say why (`/readyz` names the owner), and the
+/// leader epoch does not move (two releases used to fence each other for ever). The first
+/// release's NiFi load finishes clean. Once the first release is uninstalled, its claim goes
+/// stale and the second takes the ledger over without a restart: it leads (one epoch bump) and
+/// its pods turn ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_second_release_on_the_same_ledger_is_refused_and_takes_over_when_alone() {
+    const JOB: &str = "NODE_TWO";
+    const RUNS: usize = 60;
+    let (_serial, first) = fault_release("owner", JOB).await;
+    let epoch_before = leader_epoch(&first).await;
+    let mut second = Release::prepare("second", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    second.share_ledger_of(&first);
+    let mut sim = first.start_simulation(JOB, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
+    load_under_way(&first, &mut sim, JOB, 2).await;
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    second.helm_install_unready(&tag, &["config.recovery.sweeper_interval=2s"]);
+    // The second release's operators say why they do not lead.
+    let pods: Vec<String> = second
+        .server_pods()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(pods.len(), 2, "{pods:?}");
+    let refusal = wait_for(
+        "the second release's operators refusing the ledger",
+        Duration::from_secs(90),
+        || {
+            let answers: Vec<Value> = pods.iter().map(|p| operator_readyz(&second, p)).collect();
+            Ok(answers
+                .iter()
+                .all(|a| a["reason"] == "ledger_owned_by_other")
+                .then(|| answers[0].clone()))
+        },
+    )
+    .unwrap();
+    let message = refusal["message"].as_str().unwrap_or_default().to_string();
+    assert!(
+        message.contains(&first.ns) && message.contains(&second.ns),
+        "the message names both releases: {message}"
+    );
+    // While the first release's load runs: the second never ready, the epoch unmoved.
+    while sim.try_wait().unwrap().is_none() {
+        assert_eq!(
+            ready_pods(&second),
+            0,
+            "a pod of the refused release is ready"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let epoch_during = leader_epoch(&first).await;
+    let summary = Release::summary(sim);
+    assert_all_succeeded(&summary, RUNS);
+    assert_eq!(
+        epoch_during, epoch_before,
+        "a leader epoch bumped while two releases ran"
+    );
+    assert_ledger_clean(&first, JOB, RUNS).await;
+    let (requests, availability) = availability(&summary);
+    // The owner uninstalled: its claim goes stale and the second release takes over.
+    let uninstalled = Instant::now();
+    first.helm(&["uninstall", &first.name, "--wait", "--timeout", "120s"]);
+    let took_over = wait_for(
+        "the second release ready on the ledger",
+        Duration::from_secs(150),
+        || Ok((ready_pods(&second) == 2).then(|| uninstalled.elapsed())),
+    )
+    .unwrap();
+    let epoch_after = leader_epoch(&second).await;
+    assert_eq!(epoch_after, epoch_before + 1, "one bump for the takeover");
+    let figures = json!({"bench": "node_two_releases_one_ledger", "runs": RUNS,
+        "nifi_requests": requests, "availability": availability,
+        "nifi_failed_attempts": summary["failed_attempts"],
+        "epoch_bumps_while_both_ran": epoch_during - epoch_before,
+        "takeover_seconds_after_uninstall": took_over.as_secs_f64(), "refusal": message});
+    println!("{figures}");
+    eprintln!("node faults: {figures}");
+    second.remove().await;
+    first.remove().await;
+}
