@@ -505,6 +505,38 @@ async fn event_retention_visits_a_cleaned_run_only_when_something_is_due() {
     assert_eq!(count(uncleaned).await, n_uncleaned);
 }
 
+/// A visit that deletes nothing reports nothing: a cleaned run whose events are all recent is
+/// visited once (its bound set) and the tick's report has no counter at all, not a zero one (the
+/// counters of a tick are its non-zero ones, §7.2; cargo-mutants' `>` → `>=` in `Counts::add`).
+#[tokio::test]
+async fn a_visit_with_nothing_due_reports_no_counter() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("RECENT", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET cleaned_at = now() WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let events = env
+        .scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run,
+        )
+        .await;
+    assert_eq!(retention_due(&env).await, vec![run]);
+    let report = sweep(&env).await;
+    assert!(report.actions.is_empty(), "{report:?}");
+    assert_eq!(retention_due(&env).await, Vec::<Uuid>::new(), "visited");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run
+        )
+        .await,
+        events
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_sweepers_at_once_act_once() {
     let env = Env::start(|c| c.recovery.mode = lcconfig::config::RecoveryMode::Reissue).await;
