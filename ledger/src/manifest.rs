@@ -256,6 +256,29 @@ mod tests {
         assert_eq!(manifest_violations(&m, false), vec!["INVALID_BOUNDS NULL"]);
     }
 
+    /// Each of the three marks of an invalid null partition is enough on its own (a wrong id, a
+    /// lower bound, an upper bound): cargo-mutants' `||` → `&&` mutants of that check survived a
+    /// test whose bad null partition had two of them.
+    #[test]
+    fn each_mark_of_an_invalid_null_partition_suffices() {
+        let marks: [fn(&mut ManifestPartition); 3] = [
+            |p| p.partition_id = "0009".into(),
+            |p| p.lower_bound = d("1"),
+            |p| p.upper_bound = d("1"),
+        ];
+        for mark in marks {
+            let mut bad_null = null_part(2);
+            mark(&mut bad_null);
+            let id = bad_null.partition_id.clone();
+            let mut m = manifest(vec![part("0000", "0", "3000", true, 10), bad_null], 12);
+            m.source_null_split_count = 2;
+            assert_eq!(
+                manifest_violations(&m, false),
+                vec![format!("INVALID_NULL_PARTITION {id}")]
+            );
+        }
+    }
+
     #[test]
     fn sum_cannot_overflow() {
         let m = manifest(

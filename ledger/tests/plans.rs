@@ -40,7 +40,7 @@ const BY_RUN: [&str; 3] = [
 
 /// Bounds that must appear as an Index Cond (not a Filter) in a statement's plan: a scan with only
 /// `status = 'PENDING'` as its condition still reads every PENDING row when nothing is due.
-const REQUIRED_BOUNDS: [(&str, &str); 8] = [
+const REQUIRED_BOUNDS: [(&str, &str); 11] = [
     (
         "jobs.recent_counts",
         "COALESCE(completed_at, heartbeat_at) >=",
@@ -54,6 +54,9 @@ const REQUIRED_BOUNDS: [(&str, &str); 8] = [
     ("monitor.alerts", "COALESCE(completed_at, heartbeat_at) >="),
     ("monitor.alerts", "event_time >="),
     ("sweeper.event_retention", "event_time <"),
+    ("sweeper.event_retention", "run_id ="),
+    ("sweeper.event_retention_runs", "events_kept_from <"),
+    ("sweeper.event_retention_mark", "run_id ="),
     (
         "monitor.cleanup_due",
         "COALESCE(completed_at, heartbeat_at) <",

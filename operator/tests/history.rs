@@ -882,10 +882,14 @@ async fn the_migration_grants_deletes_to_the_api_role() {
 async fn due_runs_are_found_through_the_index() {
     let env = Env::start(|_| {}).await;
     let mut conn = env.conn().await;
-    // Many runs not cleaned, so a scan of load_run is not the cheaper plan.
+    // Many runs not cleaned, so a scan of load_run is not the cheaper plan, and cleaned ones
+    // within the retention, so reading every cleaned run (e.g. through ix_load_run_events_due,
+    // the other partial index on cleaned runs) is not either.
     sqlx::raw_sql(
         "INSERT INTO nifi_ops.load_run (run_id, job_key, business_key, status, completed_at) \
          SELECT gen_random_uuid(), 'J', 'B' || g, 'SUCCESS', now() - interval '300 days' FROM generate_series(1, 20000) g; \
+         INSERT INTO nifi_ops.load_run (run_id, job_key, business_key, status, completed_at, cleaned_at) \
+         SELECT gen_random_uuid(), 'J', 'C' || g, 'SUCCESS', now() - interval '10 days', now() FROM generate_series(1, 2000) g; \
          ANALYZE nifi_ops.load_run;",
     )
     .execute(&mut conn)

@@ -340,6 +340,203 @@ async fn old_events_of_cleaned_runs_are_purged() {
     );
 }
 
+/// The cleaned runs rule 6 would visit now (its own selection, default retention of 90 days,
+/// no per-job setting), in a transaction rolled back.
+async fn retention_due(env: &Env) -> Vec<Uuid> {
+    let mut conn = env.conn().await;
+    sqlx::raw_sql("BEGIN").execute(&mut conn).await.unwrap();
+    let global = 90.0 * 86400.0;
+    let rows: Vec<(Uuid, chrono::DateTime<chrono::Utc>)> =
+        sqlx::query_as(ledger::ops::sweeper::EVENT_RETENTION_RUNS)
+            .bind(Vec::<String>::new())
+            .bind(Vec::<f64>::new())
+            .bind(global)
+            .bind(global)
+            .bind(1000_i64)
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    sqlx::raw_sql("ROLLBACK").execute(&mut conn).await.unwrap();
+    rows.into_iter().map(|(r, _)| r).collect()
+}
+
+/// The row version of each run: a run the rule visits is written (its bound set again).
+async fn row_versions(env: &Env, runs: &[Uuid]) -> Vec<String> {
+    let mut out = vec![];
+    for run in runs {
+        out.push(
+            env.text(
+                "SELECT xmin::text FROM nifi_ops.load_run WHERE run_id = $1",
+                *run,
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    out
+}
+
+/// Issue 26: a tick's event retention is bounded by what is due, not by the history. Due events
+/// go, the others stay; once a cleaned run's due events are gone it is neither selected nor
+/// written by later ticks until its oldest event left ages past the retention, and then it is.
+#[tokio::test]
+async fn event_retention_visits_a_cleaned_run_only_when_something_is_due() {
+    let env = Env::start(|_| {}).await;
+    let (all_old, _) = env.extracting("ALL_OLD", &[3]).await;
+    let (some_old, _) = env.extracting("SOME_OLD", &[3]).await;
+    let (recent, _) = env.extracting("RECENT", &[3]).await;
+    let (uncleaned, _) = env.extracting("UNCLEANED", &[3]).await;
+    let cleaned = [all_old, some_old, recent];
+    for run in cleaned {
+        env.exec(
+            "UPDATE nifi_ops.load_run SET cleaned_at = now() WHERE run_id = $1",
+            run,
+        )
+        .await;
+    }
+    let count = |run| {
+        let env = &env;
+        async move {
+            env.scalar(
+                "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+                run,
+            )
+            .await
+        }
+    };
+    for run in [all_old, uncleaned] {
+        env.exec(
+            "UPDATE nifi_ops.load_event SET event_time = now() - interval '91 days' WHERE run_id = $1",
+            run,
+        )
+        .await;
+    }
+    // SOME_OLD: its oldest event is due, the others are a day inside the retention.
+    env.exec(
+        "UPDATE nifi_ops.load_event SET event_time = now() - interval '89 days' WHERE run_id = $1",
+        some_old,
+    )
+    .await;
+    env.exec(
+        "UPDATE nifi_ops.load_event SET event_time = now() - interval '91 days' WHERE event_id = \
+           (SELECT event_id FROM nifi_ops.load_event WHERE run_id = $1 ORDER BY event_id LIMIT 1)",
+        some_old,
+    )
+    .await;
+    let (n_all_old, n_some_old, n_recent, n_uncleaned) = (
+        count(all_old).await,
+        count(some_old).await,
+        count(recent).await,
+        count(uncleaned).await,
+    );
+    assert!(n_all_old > 0 && n_some_old > 1 && n_recent > 0);
+    // New cleaned runs are due at their first visit (their bound is unknown).
+    let mut due = retention_due(&env).await;
+    due.sort();
+    let mut expected = cleaned.to_vec();
+    expected.sort();
+    assert_eq!(due, expected, "every cleaned run, never the uncleaned one");
+
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("events_deleted"),
+        Some(&(n_all_old as u64 + 1)),
+        "{report:?}"
+    );
+    assert_eq!(count(all_old).await, 0);
+    assert_eq!(count(some_old).await, n_some_old - 1);
+    assert_eq!(count(recent).await, n_recent);
+    assert_eq!(count(uncleaned).await, n_uncleaned, "never cleaned: kept");
+
+    // Caught up: nothing is due, no run is selected, and later ticks do not write one.
+    assert_eq!(retention_due(&env).await, Vec::<Uuid>::new());
+    let versions = row_versions(&env, &cleaned).await;
+    for _ in 0..2 {
+        let report = sweep(&env).await;
+        assert_eq!(report.actions.get("events_deleted"), None, "{report:?}");
+    }
+    assert_eq!(
+        row_versions(&env, &cleaned).await,
+        versions,
+        "a cleaned run with nothing due was visited again"
+    );
+
+    // Two days later SOME_OLD's events are due, then RECENT's 89 days later: each is visited
+    // then, and only then. (Time is faked by moving the run's events and its bound back.)
+    let age = |run, days: i64| {
+        let env = &env;
+        async move {
+            env.exec(
+                &format!(
+                    "UPDATE nifi_ops.load_event SET event_time = event_time - interval '{days} days' WHERE run_id = $1"
+                ),
+                run,
+            )
+            .await;
+            env.exec(
+                &format!(
+                    "UPDATE nifi_ops.load_run SET events_kept_from = events_kept_from - interval '{days} days' WHERE run_id = $1"
+                ),
+                run,
+            )
+            .await;
+        }
+    };
+    age(some_old, 2).await;
+    assert_eq!(retention_due(&env).await, vec![some_old]);
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("events_deleted"),
+        Some(&(n_some_old as u64 - 1)),
+        "{report:?}"
+    );
+    assert_eq!(count(some_old).await, 0);
+    assert_eq!(count(recent).await, n_recent);
+    age(recent, 91).await;
+    assert_eq!(retention_due(&env).await, vec![recent]);
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("events_deleted"),
+        Some(&(n_recent as u64)),
+        "{report:?}"
+    );
+    assert_eq!(count(recent).await, 0);
+    assert_eq!(retention_due(&env).await, Vec::<Uuid>::new());
+    assert_eq!(count(uncleaned).await, n_uncleaned);
+}
+
+/// A visit that deletes nothing reports nothing: a cleaned run whose events are all recent is
+/// visited once (its bound set) and the tick's report has no counter at all, not a zero one (the
+/// counters of a tick are its non-zero ones, §7.2; cargo-mutants' `>` → `>=` in `Counts::add`).
+#[tokio::test]
+async fn a_visit_with_nothing_due_reports_no_counter() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("RECENT", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET cleaned_at = now() WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let events = env
+        .scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run,
+        )
+        .await;
+    assert_eq!(retention_due(&env).await, vec![run]);
+    let report = sweep(&env).await;
+    assert!(report.actions.is_empty(), "{report:?}");
+    assert_eq!(retention_due(&env).await, Vec::<Uuid>::new(), "visited");
+    assert_eq!(
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1",
+            run
+        )
+        .await,
+        events
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn four_sweepers_at_once_act_once() {
     let env = Env::start(|c| c.recovery.mode = lcconfig::config::RecoveryMode::Reissue).await;

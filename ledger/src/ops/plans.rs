@@ -48,6 +48,17 @@ fn with_thresholds(rest: &[(&'static str, &'static str)]) -> Vec<(&'static str, 
 const SINCE: (&str, &str) = ("timestamptz", "clock_timestamp() - interval '24 hours'");
 const JOB: (&str, &str) = ("text", "'JOB_3'");
 const RUN: (&str, &str) = ("uuid", "'00000000-0000-0000-0000-000000000001'");
+/// Rule 6's due runs and their cutoffs: ten, what comes due between two ticks once the rule has
+/// caught up (a tick takes at most a thousand while it catches up, when reading the run table
+/// whole may well be the cheaper plan; the planner is left to choose then).
+const RUNS: (&str, &str) = (
+    "uuid[]",
+    "array_fill('00000000-0000-0000-0000-000000000001'::uuid, ARRAY[10])",
+);
+const CUTOFFS: (&str, &str) = (
+    "timestamptz[]",
+    "array_fill(now() - interval '90 days', ARRAY[10])",
+);
 
 /// Every statement that runs periodically (monitor, gauges, sweeper, dispatcher) or lists history.
 pub fn catalogue() -> Vec<PlannedQuery> {
@@ -180,13 +191,27 @@ pub fn catalogue() -> Vec<PlannedQuery> {
             true,
         ),
         q(
-            "sweeper.event_retention",
-            sweeper::EVENT_RETENTION,
+            "sweeper.event_retention_runs",
+            sweeper::EVENT_RETENTION_RUNS,
             &[
                 ("text[]", "'{JOB_1}'"),
                 ("float8[]", "'{2592000}'"),
                 ("float8", "7776000"),
+                ("float8", "2592000"),
+                ("bigint", "1000"),
             ],
+            true,
+        ),
+        q(
+            "sweeper.event_retention",
+            sweeper::EVENT_RETENTION,
+            &[RUNS, CUTOFFS],
+            true,
+        ),
+        q(
+            "sweeper.event_retention_mark",
+            sweeper::EVENT_RETENTION_MARK,
+            &[RUNS, CUTOFFS],
             true,
         ),
     ];

@@ -100,20 +100,44 @@ pub const PUBLISH_STALE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM
               WHERE status = 'PUBLISHING' AND publish_started_at < clock_timestamp() - make_interval(secs => $1) \
               ORDER BY publish_started_at, run_id";
 
-/// Rule 6, `$1` jobs with their own settings, `$2` their `event_retention`, `$3` the global one.
-/// Driven by the cleaned runs (`ix_load_run_cleaned_end`, partial: never the uncleaned majority),
-/// each run's old events from `ix_load_event_run_time` (the inner LIMIT keeps that a parameterized
-/// index scan: a plan that hashes every event would read all of them every tick); the bound is
-/// stable (`statement_timestamp()`), so it is an index condition. The ids go to the primary key
-/// as one array.
+/// Rule 6, the due cleaned runs: `$1` jobs with their own settings, `$2` their
+/// `event_retention`, `$3` the global one, `$4` the shortest of them all, `$5` how many runs.
+/// A run is due when its `events_kept_from` (a lower bound of its events' times, see
+/// `migrations/20261203000008_event_retention_watermark.sql`) is older than its retention; the
+/// shortest retention bounds the range of `ix_load_run_events_due` (an index condition: the bound
+/// is stable), the run's own is checked on the row. A cleaned run with nothing due is not read.
+/// Each run with its cutoff, locked without waiting (`FOR NO KEY UPDATE`: event inserts, which
+/// take a key-share lock on their run, are not blocked).
+pub const EVENT_RETENTION_RUNS: &str = "SELECT r.run_id, statement_timestamp() \
+         - make_interval(secs => COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $3)) AS cutoff \
+       FROM nifi_ops.load_run r \
+      WHERE r.cleaned_at IS NOT NULL \
+        AND r.events_kept_from < statement_timestamp() - make_interval(secs => $4) \
+        AND r.events_kept_from < statement_timestamp() \
+              - make_interval(secs => COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $3)) \
+      ORDER BY r.events_kept_from, r.run_id LIMIT $5 FOR NO KEY UPDATE SKIP LOCKED";
+
+/// Rule 6, the events: `$1` the due runs, `$2` their cutoffs; each run's old events from
+/// `ix_load_event_run_time` (the inner LIMIT keeps that a parameterized index scan), at most
+/// 10,000 in all, to the primary key as one array.
 pub const EVENT_RETENTION: &str = "DELETE FROM nifi_ops.load_event WHERE event_id = ANY (ARRAY( \
-       SELECT e.event_id FROM nifi_ops.load_run r \
+       SELECT e.event_id FROM unnest($1::uuid[], $2::timestamptz[]) AS d(run_id, cutoff) \
         CROSS JOIN LATERAL (SELECT e.event_id FROM nifi_ops.load_event e \
-                             WHERE e.run_id = r.run_id AND e.event_time < statement_timestamp() \
-                               - make_interval(secs => COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $3)) \
-                             LIMIT 10000) e \
-        WHERE r.cleaned_at IS NOT NULL \
-        ORDER BY COALESCE(r.completed_at, r.heartbeat_at), r.run_id LIMIT 10000))";
+                             WHERE e.run_id = d.run_id AND e.event_time < d.cutoff LIMIT 10000) e \
+        LIMIT 10000))";
+
+/// Rule 6, the runs visited get their bound again: their oldest event left (still due when the
+/// 10,000 cap left some), or, with none left, the visit's time less a margin of half the
+/// retention, at most a day (an event written meanwhile may carry an event_time a little older
+/// than its commit). `$1` the runs, `$2` their cutoffs.
+pub const EVENT_RETENTION_MARK: &str = "UPDATE nifi_ops.load_run r SET events_kept_from = LEAST( \
+         COALESCE((SELECT min(e.event_time) FROM nifi_ops.load_event e WHERE e.run_id = r.run_id), 'infinity'), \
+         statement_timestamp() - LEAST(interval '1 day', \
+           (statement_timestamp() - ($2::timestamptz[])[array_position($1::uuid[], r.run_id)]) / 2)) \
+       WHERE r.run_id = ANY ($1::uuid[])";
+
+/// Runs rule 6 visits per tick at most (the events deleted are capped at 10,000 as well).
+pub const EVENT_RETENTION_RUN_BATCH: i64 = 1000;
 
 /// Seconds, for `make_interval(secs => …)`.
 fn secs(d: std::time::Duration) -> f64 {
@@ -556,13 +580,31 @@ impl Ledger {
             .iter()
             .map(|k| secs(jobs.by_job[*k].event_retention))
             .collect();
+        let global = secs(self.config.thresholds.event_retention);
+        let shortest = retention.iter().copied().fold(global, f64::min);
+        let due: Vec<(Uuid, DateTime<Utc>)> = sqlx::query_as(EVENT_RETENTION_RUNS)
+            .bind(&keys)
+            .bind(&retention)
+            .bind(global)
+            .bind(shortest)
+            .bind(EVENT_RETENTION_RUN_BATCH)
+            .fetch_all(&mut *conn)
+            .await?;
+        if due.is_empty() {
+            return Ok(());
+        }
+        let (runs, cutoffs): (Vec<Uuid>, Vec<DateTime<Utc>>) = due.into_iter().unzip();
         let deleted = sqlx::query(EVENT_RETENTION)
-            .bind(keys)
-            .bind(retention)
-            .bind(secs(self.config.thresholds.event_retention))
+            .bind(&runs)
+            .bind(&cutoffs)
             .execute(&mut *conn)
             .await?
             .rows_affected();
+        sqlx::query(EVENT_RETENTION_MARK)
+            .bind(&runs)
+            .bind(&cutoffs)
+            .execute(&mut *conn)
+            .await?;
         c.add("events_deleted", deleted);
         Ok(())
     }
