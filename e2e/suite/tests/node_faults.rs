@@ -321,6 +321,11 @@ async fn fault_release(
 async fn install(r: &Release, job_key: &str) {
     let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
     r.helm_install_with("install", &tag, &["config.recovery.sweeper_interval=2s"]);
+    apply_loadjob(r, job_key);
+}
+
+/// The LoadJob `faults` of `job_key`, once the operator has written it into the ledger.
+fn apply_loadjob(r: &Release, job_key: &str) {
     r.apply(&format!(
         "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {{name: faults}}\nspec:\n  jobKey: {job_key}\n"
     ));
@@ -805,17 +810,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
     r.helm_install_chart("install", &previous_chart, &previous, &sets);
     assert!(pods_run(&r, &previous, 2), "{:#}", json!(r.server_pods()));
     assert_eq!(schema_version(&r).await, 0, "the previous release's schema");
-    r.apply(&format!(
-        "apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {{name: faults}}\nspec:\n  jobKey: {JOB}\n"
-    ));
-    wait_for("the LoadJob in the ledger", Duration::from_secs(30), || {
-        Ok(
-            r.kj(&["get", "loadjob", "faults"])["status"]["observedGeneration"]
-                .as_i64()
-                .map(|_| ()),
-        )
-    })
-    .unwrap();
+    apply_loadjob(&r, JOB);
     let runs = RUNS.to_string();
     let load = [&["--runs", runs.as_str()][..], LOAD].concat();
     let mut phases = vec![];

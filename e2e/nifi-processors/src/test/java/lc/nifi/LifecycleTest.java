@@ -230,7 +230,12 @@ class LifecycleTest {
         d = Flow.evaluateJsonPath(d, Map.of("lca.runId", "$.runId", "lca.dispatchId", "$.dispatchId"));
         assertEquals(d.attr("http.headers.X-Dispatch-Id"), d.attr("lca.dispatchId"), d.toString());
         assertEquals(runId, d.attr("lca.runId"));
-        Flow.routeTo(d, "validate", Map.of(
+        return routed(d, "validate");
+    }
+
+    /** PG-05's RouteOnAttribute on the dispatch's path, then the attributes the flow carries on. */
+    Flow.FF routed(Flow.FF d, String route) {
+        Flow.routeTo(d, route, Map.of(
                 "validate", "${http.request.uri:startsWith('/validate/')}",
                 "reissue", "${http.request.uri:startsWith('/reissue/')}"));
         Map<String, String> attrs = new HashMap<>(d.attrs());
@@ -340,13 +345,7 @@ class LifecycleTest {
                 "lca.expectedRowCount", "$.expectedRowCount", "lca.snapshotScn", "$.snapshotScn",
                 "lca.lowerBound", "$.lowerBound", "lca.upperBound", "$.upperBound"));
         assertEquals(d.attr("http.headers.X-Dispatch-Id"), d.attr("lca.dispatchId"), d.toString());
-        Flow.routeTo(d, "reissue", Map.of(
-                "validate", "${http.request.uri:startsWith('/validate/')}",
-                "reissue", "${http.request.uri:startsWith('/reissue/')}"));
-        Map<String, String> attrs = new HashMap<>(d.attrs());
-        attrs.put("lca.api", flow.api);
-        attrs.put("lca.workerNode", "nifi-02");
-        return Flow.FF.empty(attrs);
+        return routed(d, "reissue");
     }
 
     @Test
