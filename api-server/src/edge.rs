@@ -403,13 +403,15 @@ pub async fn serve<L, S>(
             slots.leave(id);
         });
     }
+    // Draining from before the listener closes: a client refused a new connection never gets an
+    // answer without `Connection: close` on an old one.
+    draining.store(true, Ordering::Release);
     drop(listener);
     // Draining: kept-alive connections stay open a moment longer and every answer on them says
     // `Connection: close`, so a pooled client (NiFi) that sends once more gets its answer and
     // opens a new connection (to a pod that stays) instead of writing into a socket closed under
     // it, a failed call. Closing idle connections at once, as graceful shutdown does, races
     // every such client. Those still idle when the window ends are closed then.
-    draining.store(true, Ordering::Release);
     let window = DRAIN_WINDOW.min(grace);
     let drain_started = Instant::now();
     while stats.open.load(Ordering::Relaxed) > 0 && drain_started.elapsed() < window {

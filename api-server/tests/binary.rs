@@ -1071,6 +1071,7 @@ async fn a_kept_alive_connection_is_answered_while_the_server_drains() {
         "{first}"
     );
 
+    let signalled = std::time::Instant::now();
     send_sigterm(server.id());
     // The listener closed: the server has begun to shut down.
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -1081,7 +1082,6 @@ async fn a_kept_alive_connection_is_answered_while_the_server_drains() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let signalled = std::time::Instant::now();
     conn.write_all(request).await.unwrap();
     let second = read_response(&mut conn)
         .await

@@ -419,6 +419,10 @@ class Fuzzer:
         appearance in a log line cannot be a coincidence."""
         if isinstance(value, dict):
             for k, v in value.items():
+                # A generated key may repeat a string sent elsewhere as a token (seen: the
+                # 18-character "--mutants-per-step" as a claimToken and as a key): a key is
+                # logged as sent, and is no token.
+                self.other_values.add(str(k))
                 self.remember_tokens(v, str(k))
         elif isinstance(value, list):
             for v in value:
@@ -1084,7 +1088,10 @@ def main():
         leaked = sorted(t for t in fuzzer.sent_tokens - fuzzer.other_values if t in log)
         for token in leaked[:20]:
             line = next(l for l in log.splitlines() if token in l)
-            fuzzer.failures.append({"operation": "log scan", "problem": "a token is in the log", "line": line[:400]})
+            # Where in the line: the field around the token says which rule missed it.
+            at = line.index(token)
+            fuzzer.failures.append({"operation": "log scan", "problem": "a token is in the log",
+                                    "line": line[:200], "around": line[max(0, at - 300):at + len(token) + 60]})
         totals_scan = {"tokensSent": len(fuzzer.sent_tokens - fuzzer.other_values), "tokensInLog": len(leaked), "logBytes": len(log)}
         totals["logScan"] = totals_scan
         totals["failures"] = len(fuzzer.failures)

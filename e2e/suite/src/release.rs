@@ -231,6 +231,10 @@ impl Release {
 
     /// nifi-sim inside the cluster network, through the Service, in the background.
     pub fn start_simulation(&self, job: &str, extra: &[&str]) -> std::process::Child {
+        // One simulator at a time holds PG-05's port: one left behind by a failed test goes.
+        let _ = Command::new("pkill")
+            .args(["-f", &format!("{} --api", self.sim.display())])
+            .status();
         let api = format!("http://{}:8080", self.service_ip());
         let receiver = format!("{}:{RECEIVER_PORT}", self.node.ip());
         let prefix = format!(

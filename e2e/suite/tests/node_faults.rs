@@ -880,6 +880,38 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
     r.remove().await;
 }
 
+/// The node cordoned until `uncordon`, or until dropped (a failing test must not leave the
+/// only node unschedulable for the tests after it).
+struct Cordoned<'a> {
+    r: &'a Release,
+    node: &'a str,
+    done: bool,
+}
+
+impl<'a> Cordoned<'a> {
+    fn new(r: &'a Release, node: &'a str) -> Cordoned<'a> {
+        r.node.kubectl(&["cordon", node]).unwrap();
+        Cordoned {
+            r,
+            node,
+            done: false,
+        }
+    }
+
+    fn uncordon(mut self) -> anyhow::Result<String> {
+        self.done = true;
+        self.r.node.kubectl(&["uncordon", self.node])
+    }
+}
+
+impl Drop for Cordoned<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.r.node.kubectl(&["uncordon", self.node]);
+        }
+    }
+}
+
 /// Issue 27 item 7: `kubectl drain` of the node under NiFi load, respecting the chart's
 /// PodDisruptionBudget (minAvailable 1). On the single node a drain is a cordon and evictions:
 /// the drain selects the release's two original pods; the first eviction goes through, the PDB
@@ -920,7 +952,7 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
         // Two drains: both original pods selected, then the one the PDB kept.
         for round in 0..2 {
             let leader = r.lease_holder_pod();
-            r.node.kubectl(&["cordon", &node]).unwrap();
+            let cordoned = Cordoned::new(&r, &node);
             let started = Instant::now();
             // While the drain runs: when a pod is marked for deletion, and when the Lease has
             // left the pod that held it.
@@ -956,7 +988,7 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
                 }
                 (drain.join().unwrap(), evicted_at, handover)
             });
-            let uncordon = r.node.kubectl(&["uncordon", &node]);
+            let uncordon = cordoned.uncordon();
             // The first drain is expected to give up: the second eviction is refused until the
             // node takes pods again. The second has one pod to evict, and the PDB lets it go.
             let out = match (round, drained) {
@@ -1086,12 +1118,16 @@ async fn a_second_release_on_the_same_ledger_is_refused_and_takes_over_when_alon
     let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
     second.helm_install_unready(&tag, &["config.recovery.sweeper_interval=2s"]);
     // The second release's operators say why they do not lead.
-    let pods: Vec<String> = second
-        .server_pods()
-        .iter()
-        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
-        .collect();
-    assert_eq!(pods.len(), 2, "{pods:?}");
+    // `--wait=hookOnly` returns before the ReplicaSet has made the pods.
+    let pods: Vec<String> = wait_for("the second release's pods", Duration::from_secs(60), || {
+        let pods: Vec<String> = second
+            .server_pods()
+            .iter()
+            .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+            .collect();
+        Ok((pods.len() == 2).then_some(pods))
+    })
+    .unwrap();
     let refusal = wait_for(
         "the second release's operators refusing the ledger",
         Duration::from_secs(90),
