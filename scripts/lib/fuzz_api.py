@@ -319,6 +319,12 @@ class Run:
         self.cleaned = False
 
 
+# A negative case whose only invalid part is a JSON number where the document says string is
+# valid by the contract (§3: a number is taken as its literal text, then the field's pattern and
+# length apply), so answering it 200 is right (seen: a cancel `reason` of 0.99999).
+LENIENT_STRING = re.compile(r"Schema-violating request accepted.*violates `type` at \S+ \(was string, became (number|integer)\)")
+
+
 class Fuzzer:
     def __init__(self, args, ledger, schema, document):
         self.api = args.api
@@ -1002,7 +1008,8 @@ class Fuzzer:
                         and set(case.query or {}) - self.query_names(operation)))
                     checks = CHECKS if moot else CHECKS + [negative_data_rejection]
                     self.rejection_checked += checks is not CHECKS and mode is GenerationMode.NEGATIVE
-                    problems = self.conformance(case, response, headers, checks)
+                    problems = [p for p in self.conformance(case, response, headers, checks)
+                                if not LENIENT_STRING.search(p)]
                     request = {"why": f"schema {mode.value}", "path": case.formatted_path,
                                "query": case.query, "cred": cred,
                                "body": case.body if not isinstance(case.body, bytes) else repr(case.body[:200])}
