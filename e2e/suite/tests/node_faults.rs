@@ -568,22 +568,23 @@ fn leading_pods(r: &Release) -> Vec<bool> {
     r.server_pods()
         .iter()
         .map(|p| {
-            let ip = p["status"]["podIP"].as_str().unwrap_or("").to_string();
-            let out = r
-                .node
-                .in_netns("curl")
-                .args([
-                    "-s",
-                    "--max-time",
-                    "2",
-                    &format!("http://{ip}:9100/metrics"),
-                ])
-                .output()
-                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                .unwrap_or_default();
-            out.lines().any(|l| l == "lca_leader 1")
+            let ip = p["status"]["podIP"].as_str().unwrap_or("");
+            operator_get(r, ip, "/metrics")
+                .lines()
+                .any(|l| l == "lca_leader 1")
         })
         .collect()
+}
+
+/// GET `path` of the operator's port (9100: metrics and probes) at pod address `ip`, from inside
+/// the node's network; empty when it does not answer.
+fn operator_get(r: &Release, ip: &str, path: &str) -> String {
+    r.node
+        .in_netns("curl")
+        .args(["-s", "--max-time", "3", &format!("http://{ip}:9100{path}")])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// Issue 19 item 1: the operator's RBAC taken away under NiFi load (both RoleBindings deleted, as
@@ -1089,13 +1090,7 @@ fn operator_readyz(r: &Release, pod: &str) -> Value {
     else {
         return Value::Null; // not started yet
     };
-    let out = r
-        .node
-        .in_netns("curl")
-        .args(["-s", "--max-time", "5", &format!("http://{ip}:9100/readyz")])
-        .output()
-        .unwrap();
-    serde_json::from_slice(&out.stdout).unwrap_or(Value::Null)
+    serde_json::from_str(&operator_get(r, &ip, "/readyz")).unwrap_or(Value::Null)
 }
 
 /// Issue 27 item 5: a second release installed on the first one's ledger database is refused,
