@@ -246,3 +246,87 @@ fn the_environment_is_over_the_file_over_the_defaults() {
         .unwrap();
     assert_eq!(c.database.url.as_deref(), Some("postgres://env/d"));
 }
+
+/// Every variable the chart sets (charts/load-control/templates), with values of the kind it
+/// gives them, loads and passes the start-up checks: numeric-looking secrets and DSNs included.
+#[test]
+fn the_variables_the_chart_sets_load_as_before() {
+    let file = File::new("logging: {format: json}\n");
+    let common = [
+        ("DATABASE_URL", "postgresql://lc:123456@pg:5432/lc"),
+        ("LCA_CONFIG", "/etc/load-control/config.yaml"),
+        ("POD_NAME", "lc-0"),
+        ("LC_LEASE_DURATION", "15"),
+    ];
+    let api = [
+        (
+            "LCA_AUTH__TOKENS_FILE",
+            "/etc/load-control/tokens/tokens.yaml",
+        ),
+        (
+            "LCA_SERVER__SSL_CERTFILE",
+            "/etc/load-control/tls/api/tls.crt",
+        ),
+        (
+            "LCA_SERVER__SSL_KEYFILE",
+            "/etc/load-control/tls/api/tls.key",
+        ),
+        (
+            "LCA_SERVER__SSL_CA_CERTS",
+            "/etc/load-control/tls/api/client-ca.crt",
+        ),
+        ("LCA_SERVER__SSL_CLIENT_CERT_REQUIRED", "true"),
+    ];
+    let c = file.load(&[&common[..], &api[..]].concat()).unwrap();
+    c.validate().unwrap();
+    assert!(c.server.ssl_client_cert_required);
+    assert_eq!(
+        c.auth.tokens_file,
+        Some(PathBuf::from("/etc/load-control/tokens/tokens.yaml"))
+    );
+    assert_eq!(c.database_url(), "postgresql://lc:123456@pg:5432/lc");
+    let operator = [
+        (
+            "LCA_DATABASE__LISTEN_DSN",
+            "host=pg user=lc password=123456 dbname=2024",
+        ),
+        ("LCA_NIFI__SIGNING_SECRET", "20261203"),
+        (
+            "LCA_NIFI__CLIENT_CERT",
+            "/etc/load-control/tls/nifi/client.crt",
+        ),
+        (
+            "LCA_NIFI__CLIENT_KEY",
+            "/etc/load-control/tls/nifi/client.key",
+        ),
+        ("LCA_NIFI__CA_BUNDLE", "/etc/load-control/tls/nifi/ca.crt"),
+    ];
+    let c = file.load(&[&common[..], &operator[..]].concat()).unwrap();
+    c.validate().unwrap();
+    assert_eq!(
+        c.database.listen_dsn.as_deref(),
+        Some("host=pg user=lc password=123456 dbname=2024")
+    );
+    assert_eq!(c.nifi.signer().unwrap().secret, "20261203");
+    let keys = "- id: k-2026-12\n  secret: '0042'\n- id: k-2026-06\n  secret: old\n";
+    let c = file
+        .load(&[&common[..], &[("LCA_NIFI__SIGNING_KEYS", keys)]].concat())
+        .unwrap();
+    c.validate().unwrap();
+    let signer = c.nifi.signer().unwrap();
+    assert_eq!(
+        (signer.key_id.as_deref(), signer.secret.as_str()),
+        (Some("k-2026-12"), "0042")
+    );
+    let migration = [
+        (
+            "LCA_DATABASE__MIGRATION_URL",
+            "postgresql://owner:000@pg/lc",
+        ),
+        ("LCA_LOGGING__FORMAT", "text"),
+    ];
+    let c = file.load(&[&common[..], &migration[..]].concat()).unwrap();
+    c.validate().unwrap();
+    assert_eq!(c.migration_url(), "postgresql://owner:000@pg/lc");
+    assert_eq!(c.logging.format, "text");
+}
