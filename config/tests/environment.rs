@@ -39,8 +39,21 @@ const MINIMAL: &str = "database:\n  url: postgres://u@127.0.0.1/db\n";
 #[test]
 fn a_numeric_or_boolean_looking_value_stays_text_in_a_string_field() {
     let file = File::new(MINIMAL);
+    // YAML would also have refused `*` (an alias) and cut `s3cret #1` at its comment.
     for text in [
-        "123456", "0123", "1.50", "1e3", "true", "yes", "null", "~", "- x", "a: b",
+        "123456",
+        "0123",
+        "1.50",
+        "1e3",
+        "true",
+        "yes",
+        "null",
+        "~",
+        "- x",
+        "a: b",
+        "*",
+        "s3cret #1",
+        "[x]",
     ] {
         let c = file
             .load(&[
