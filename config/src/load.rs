@@ -136,7 +136,7 @@ pub(crate) fn extract<T: DeserializeOwned>(
         if at.is_none() || var.yaml.is_some() || var.text.is_empty() {
             return Err(ConfigError::Env {
                 var: var.name.clone(),
-                message: format!("invalid value for `{key}`: {}", describe(&e.kind)),
+                message: format!("invalid configuration at `{key}`: {}", describe(&e.kind)),
             });
         }
         var.yaml = Some(
