@@ -146,7 +146,11 @@ pub(crate) fn extract<T: DeserializeOwned>(
             })?,
         );
     }
-    unreachable!("each round reads one more variable as YAML or returns")
+    // Each round returned or read one more variable as YAML: the last one returned.
+    Err(ConfigError::Invalid {
+        key: "$".into(),
+        message: "the environment could not be read (a bug: please report it)".into(),
+    })
 }
 
 /// Puts `value` at `key` in `values`, making the mappings on the way (in place of whatever else
@@ -161,10 +165,10 @@ fn set(values: &mut Dict, key: &[String], value: Value) {
         if !matches!(entry, Value::Dict(..)) {
             *entry = Dict::new().into();
         }
-        let Value::Dict(_, inner) = entry else {
-            unreachable!("made a mapping above")
-        };
-        dict = inner;
+        match entry {
+            Value::Dict(_, inner) => dict = inner,
+            _ => return, // made a mapping just above
+        }
     }
     dict.insert(last.clone(), value);
 }

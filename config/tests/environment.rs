@@ -343,3 +343,33 @@ fn the_variables_the_chart_sets_load_as_before() {
     assert_eq!(c.migration_url(), "postgresql://owner:000@pg/lc");
     assert_eq!(c.logging.format, "text");
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Whatever the values (and however many variables nest), loading answers a configuration
+    /// or an error, never a panic; an error from the environment names a variable that was set.
+    #[test]
+    fn any_environment_loads_or_is_refused_without_a_panic(
+        vars in proptest::collection::vec(
+            (
+                proptest::sample::select(vec![
+                    "LCA_SERVER__PORT", "LCA_SERVER", "LCA_SERVER__SSL_CERTFILE",
+                    "LCA_NIFI__SIGNING_KEYS", "LCA_NIFI__SIGNING_SECRET", "LCA_LOGGING__FILE",
+                    "LCA_LOGGING__FILE__PATH", "LCA_LOGGING__LOGGERS__SQLX",
+                    "LCA_CLEANUP__HISTORY_ARCHIVE", "LCA_CLEANUP__HISTORY_RETENTION",
+                    "LCA_WORKER__METRICS_PORT", "LCA_RECOVERY__MODE", "LCA_AUTH__TOKENS",
+                    "LCA_X", "LCA_", "LCA_SERVER____PORT", "DATABASE_URL", "LCA_CLIENTS__A__B",
+                ]),
+                "(\\PC{0,12}|[\\[\\]{}:, a-z0-9'\"-]{0,16})",
+            ),
+            0..6,
+        )
+    ) {
+        let env: Vec<(String, String)> =
+            vars.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+        if let Err(ConfigError::Env { var, .. }) = Config::from_sources(MINIMAL, &env) {
+            proptest::prop_assert!(env.iter().any(|(k, _)| *k == var), "{var}");
+        }
+    }
+}
