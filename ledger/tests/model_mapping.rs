@@ -168,6 +168,33 @@ const GUARDS: &[Guard] = &[
             ),
         ],
     },
+    // ... and, with release 0.1.0's successes beside this release's (a rolling upgrade, a
+    // rollback), the trigger that makes 0.1.0's increment of `success_partition_count` return
+    // the count of SUCCESS partitions ...
+    Guard {
+        mutant: "MUTANT_NO_TRIGGER",
+        property: "completion-at-least-once",
+        code: &[(
+            "migrations/20261203000010_success_count_recount.sql",
+            "BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run \
+             FOR EACH ROW \
+             WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count \
+                   AND NEW.status = 'EXTRACTING') \
+             EXECUTE FUNCTION nifi_ops.load_run_success_recount();",
+        )],
+    },
+    // ... counting from a snapshot of its own, taken after the update won the run row.
+    Guard {
+        mutant: "MUTANT_TRIGGER_STABLE",
+        property: "completion-at-least-once",
+        code: &[(
+            "migrations/20261203000010_success_count_recount.sql",
+            "LANGUAGE plpgsql VOLATILE AS $$ \
+             BEGIN \
+                 NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p \
+                                                  WHERE p.run_id = NEW.run_id AND p.status = 'SUCCESS');",
+        )],
+    },
     Guard {
         mutant: "MUTANT_NO_START_CAS",
         property: "9",
@@ -616,6 +643,12 @@ fn every_model_guard_is_the_ledger_code_that_implements_it() {
         for (_, name, body) in split_functions(&read(&file)) {
             bodies.entry(name).or_default().push_str(&normalized(&body));
         }
+    }
+    // A guard implemented in the schema names its migration, `migrations/<file>`.
+    for entry in std::fs::read_dir(repo().join("migrations")).expect("migrations") {
+        let path = entry.expect("directory entry").path();
+        let name = format!("migrations/{}", path.file_name().unwrap().to_string_lossy());
+        bodies.insert(name, normalized(&read(&path)));
     }
     let mut mutants: BTreeSet<&str> =
         words_after(&model, "MUTANT_", |c| c.is_ascii_uppercase() || c == '_')

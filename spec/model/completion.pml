@@ -38,6 +38,23 @@
  * partitions while the run is EXTRACTING, and stored (from a recount) by the completion CAS and by
  * every transition that leaves EXTRACTING; afterwards no partition can become SUCCESS.
  *
+ * Mixed releases (OLD=1: each report runs, nondeterministically, this release's protocol or release
+ * 0.1.0's, as during a rolling upgrade or after a rollback). A 0.1.0 success does steps 1 to 4 as
+ * above (it holds its partition FOR UPDATE from step 2, so pins skip it and it waits for pins of
+ * its row), then:
+ *   5o. `UPDATE load_run SET success_partition_count = success_partition_count + 1 … WHERE status =
+ *       'EXTRACTING' RETURNING success_partition_count, expected_partition_count`: the statement's
+ *       snapshot is taken, then it waits for the run row's write lock (held by another 0.1.0
+ *       increment or this release's `FOR NO KEY UPDATE`). Once it holds it, the BEFORE UPDATE
+ *       trigger of migration 20261203000010 replaces the new value by the count of SUCCESS
+ *       partitions, read by a VOLATILE function: a snapshot of its own, after the wait (its own
+ *       SUCCESS included);
+ *   6o. returned count = expected: the completion CAS (a recount in a statement of its own, as 7);
+ *   7o. commits: the stored count, the completion, the release of every lock.
+ * Without the trigger the increment returns the stored count + 1, which lags once this release's
+ * successes stop writing it (MUTANT_NO_TRIGGER); a STABLE trigger function counts from the
+ * update's snapshot, taken before the wait (MUTANT_TRIGGER_STABLE).
+ *
  * Each MUTANT_* removes a part of the protocol; scripts/model-check checks that spin catches it.
  */
 
@@ -49,6 +66,9 @@
 #endif
 #ifndef ENDER
 #define ENDER 1         /* a concurrent run-ending operation (cancel or fail) */
+#endif
+#ifndef OLD
+#define OLD 0           /* 1: each report may run release 0.1.0's success instead (mixed releases) */
 #endif
 
 #define EXTRACTING 2
@@ -104,8 +124,15 @@ inline check() {
 /* The report of partition p, statement by statement. */
 proctype reporter(byte p) {
     byte me = p + 1;
-    byte k, q, snap, progress = PROGRESS;
-    bit pinned, completes;
+    byte k, q, snap, progress = PROGRESS, mine;
+    bit pinned, completes, old;
+#if OLD
+    /* the release that serves this report (the progress reports too: they change nothing here) */
+    if
+    :: old = 1
+    :: old = 0
+    fi;
+#endif
 again:
     /* 1. pg_advisory_xact_lock_shared, run row FOR KEY SHARE */
     atomic { !excl -> nshared++ };
@@ -121,6 +148,10 @@ again:
         :: rstat == EXTRACTING && part[p] == PT_RUNNING -> open++
         fi
     };
+    if
+    :: old -> goto oldsuccess
+    :: else
+    fi;
     /* 5. the pin: the first unfinished sibling after p (wrapping) not held FOR UPDATE by another
        transaction. MUTANT_NO_PIN: a plain read, which sees every unfinished sibling, locked or not;
        MUTANT_PIN_WITHOUT_LOCK: SKIP LOCKED without the lock (the sibling's report may then start,
@@ -172,11 +203,64 @@ again:
         }
         completes = (rstat == EXTRACTING && h_n == N)
     };
+    goto commit;
+oldsuccess:
+    /* 5o. release 0.1.0's increment: its snapshot first, then the wait for the run row */
+    atomic {
+        snap = 0;
+        for (h_i : 0 .. N - 1) {
+            if
+            :: part[h_i] == PT_SUCCESS -> snap = snap | (1 << h_i)
+            :: else
+            fi
+        }
+    };
+    atomic {
+        rrow == 0 -> rrow = me;
+        /* no run-ending operation runs beside the shared advisory lock, and no completion without
+           this success: the WHERE status = 'EXTRACTING' holds (else 0.1.0 escalates) */
+        assert(rstat == EXTRACTING);                                    /* @property completion-in-extracting */
+#ifdef MUTANT_NO_TRIGGER
+        mine = stored + 1
+#else
+        mine = 1;                                           /* its own SUCCESS */
+        for (h_i : 0 .. N - 1) {
+            if
+#ifdef MUTANT_TRIGGER_STABLE
+            :: h_i != p && (snap & (1 << h_i)) -> mine++
+#else
+            :: h_i != p && part[h_i] == PT_SUCCESS -> mine++
+#endif
+            :: else
+            fi
+        }
+#endif
+    };
+    /* 6o. the returned count is the expected one: 0.1.0's completion CAS, a statement of its own */
+    atomic {
+        completes = 0;
+        if
+        :: mine == N ->
+            h_n = 1;
+            for (h_i : 0 .. N - 1) {
+                if
+                :: h_i != p && part[h_i] == PT_SUCCESS -> h_n++
+                :: else
+                fi
+            }
+            completes = (rstat == EXTRACTING && h_n == N)
+        :: else
+        fi
+    };
 commit:
     /* 8. commit: the partition's SUCCESS, the completion, and the release of every lock */
     atomic {
         part[p] = PT_SUCCESS;
         open--;
+        if
+        :: old && !completes -> stored = mine                  /* 0.1.0's increment, as the trigger set it */
+        :: else
+        fi;
         if
         :: completes ->
             /* never after a cancel or failure won, never while a partition is unfinished */
