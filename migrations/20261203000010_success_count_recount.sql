@@ -31,10 +31,17 @@ BEGIN
 END
 $$;
 
-DROP TRIGGER IF EXISTS tr_load_run_success_recount ON nifi_ops.load_run;
-CREATE TRIGGER tr_load_run_success_recount
-    BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run
-    FOR EACH ROW
-    WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count
-          AND NEW.status = 'EXTRACTING')
-    EXECUTE FUNCTION nifi_ops.load_run_success_recount();
+-- Created once (a re-run of the migration finds it); nothing is dropped.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_trigger
+                    WHERE tgrelid = 'nifi_ops.load_run'::regclass AND tgname = 'tr_load_run_success_recount') THEN
+        CREATE TRIGGER tr_load_run_success_recount
+            BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run
+            FOR EACH ROW
+            WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count
+                  AND NEW.status = 'EXTRACTING')
+            EXECUTE FUNCTION nifi_ops.load_run_success_recount();
+    END IF;
+END
+$$;
