@@ -118,27 +118,82 @@ const GUARDS: &[Guard] = &[
         )],
     },
     Guard {
-        mutant: "MUTANT_NO_COMPLETION_RECOUNT",
+        mutant: "MUTANT_NO_PIN",
         property: "6-at-least-one",
         code: &[
             (
                 "partition_succeeded",
-                "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1,",
+                "WHERE run_id = $1 AND partition_id > $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
             (
                 "partition_succeeded",
-                "WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
+                "WHERE run_id = $1 AND partition_id < $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                 AND NOT EXISTS (SELECT 1 FROM after) \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
-            (
-                "partition_succeeded",
-                "if Some(done) == expected && complete_extraction(conn, run).await? {",
-            ),
+            ("partition_succeeded", "if pinned { return Ok(()); }"),
             (
                 "complete_extraction",
                 "WHERE r.run_id = $1 AND r.status = 'EXTRACTING' \
                  AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count",
             ),
         ],
+    },
+    // spec/model/completion.pml: the pin's lock (a pinned sibling's report waits for this
+    // success to commit) ...
+    Guard {
+        mutant: "MUTANT_PIN_WITHOUT_LOCK",
+        property: "completion-at-least-once",
+        code: &[
+            (
+                "partition_succeeded",
+                "ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
+            ),
+            ("lock_partition", "FOR UPDATE"),
+        ],
+    },
+    // ... and the recount in a statement of its own, after the wait for the run row.
+    Guard {
+        mutant: "MUTANT_STALE_RECOUNT",
+        property: "completion-at-least-once",
+        code: &[
+            (
+                "partition_succeeded",
+                "SELECT status FROM nifi_ops.load_run WHERE run_id = $1 AND status = 'EXTRACTING' FOR NO KEY UPDATE",
+            ),
+            (
+                "partition_succeeded",
+                "if complete_extraction(conn, run).await? {",
+            ),
+        ],
+    },
+    // ... and, with release 0.1.0's successes beside this release's (a rolling upgrade, a
+    // rollback), the trigger that makes 0.1.0's increment of `success_partition_count` return
+    // the count of SUCCESS partitions ...
+    Guard {
+        mutant: "MUTANT_NO_TRIGGER",
+        property: "completion-at-least-once",
+        code: &[(
+            "migrations/20261203000010_success_count_recount.sql",
+            "BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run \
+             FOR EACH ROW \
+             WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count \
+                   AND NEW.status = 'EXTRACTING') \
+             EXECUTE FUNCTION nifi_ops.load_run_success_recount();",
+        )],
+    },
+    // ... counting from a snapshot of its own, taken after the update won the run row.
+    Guard {
+        mutant: "MUTANT_TRIGGER_STABLE",
+        property: "completion-at-least-once",
+        code: &[(
+            "migrations/20261203000010_success_count_recount.sql",
+            "LANGUAGE plpgsql VOLATILE AS $$ \
+             BEGIN \
+                 NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p \
+                                                  WHERE p.run_id = NEW.run_id AND p.status = 'SUCCESS');",
+        )],
     },
     Guard {
         mutant: "MUTANT_NO_START_CAS",
@@ -579,13 +634,21 @@ fn every_ledger_status_is_a_model_state() {
 
 #[test]
 fn every_model_guard_is_the_ledger_code_that_implements_it() {
-    let model = model();
+    // The completion's statement-level model has mutants of its own (its transitions are
+    // statements, not ledger operations, so only its guards are mapped).
+    let model = model() + &read(&repo().join("spec/model/completion.pml"));
     let script = read(&repo().join("scripts/model-check"));
     let mut bodies: BTreeMap<String, String> = BTreeMap::new();
     for file in ops_files() {
         for (_, name, body) in split_functions(&read(&file)) {
             bodies.entry(name).or_default().push_str(&normalized(&body));
         }
+    }
+    // A guard implemented in the schema names its migration, `migrations/<file>`.
+    for entry in std::fs::read_dir(repo().join("migrations")).expect("migrations") {
+        let path = entry.expect("directory entry").path();
+        let name = format!("migrations/{}", path.file_name().unwrap().to_string_lossy());
+        bodies.insert(name, normalized(&read(&path)));
     }
     let mut mutants: BTreeSet<&str> =
         words_after(&model, "MUTANT_", |c| c.is_ascii_uppercase() || c == '_')
