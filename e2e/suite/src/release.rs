@@ -23,6 +23,43 @@ pub struct Release {
     pub repo: PathBuf,
     /// The nifi-sim binary (tests pass `env!("CARGO_BIN_EXE_nifi-sim")`).
     sim: PathBuf,
+    /// Set by [`Release::remove`]; otherwise dropping the release (a failed test) stops it.
+    removed: bool,
+}
+
+impl Drop for Release {
+    /// A test that fails leaves its release running: its dispatcher would send to the next
+    /// test's PG-05 (one receiver port for every test) and its pods would share the node. Its
+    /// pods go at once; its namespace follows (LoadRun finalizers cleared, as nobody serves them).
+    fn drop(&mut self) {
+        if self.removed {
+            return;
+        }
+        let ns = self.ns.as_str();
+        let _ = self
+            .node
+            .kubectl(&["-n", ns, "delete", "deployment", "--all", "--wait=false"]);
+        for kind in ["loadruns", "loadjobs"] {
+            let names = self
+                .node
+                .kubectl(&["-n", ns, "get", kind, "-o", "name"])
+                .unwrap_or_default();
+            for name in names.lines().filter(|l| !l.is_empty()) {
+                let _ = self.node.kubectl(&[
+                    "-n",
+                    ns,
+                    "patch",
+                    name,
+                    "--type=merge",
+                    "-p",
+                    r#"{"metadata":{"finalizers":null}}"#,
+                ]);
+            }
+        }
+        let _ = self
+            .node
+            .kubectl(&["delete", "namespace", ns, "--wait=false"]);
+    }
 }
 
 fn must<T>(r: anyhow::Result<T>) -> T {
@@ -53,6 +90,7 @@ impl Release {
             db,
             repo,
             sim: PathBuf::from(sim),
+            removed: false,
             node,
         };
         must(r.node.kubectl(&[
@@ -98,7 +136,8 @@ impl Release {
         self.repo.join(rel).to_string_lossy().into_owned()
     }
 
-    fn digest(&self, token: &str) -> String {
+    /// The SHA-256 digest of `token` as a tokens file holds it (`load-control-api hash-token`).
+    pub fn digest(&self, token: &str) -> String {
         use std::io::Write;
         let mut c = Command::new(self.path("target/debug/load-control-api"))
             .arg("hash-token")
@@ -231,11 +270,23 @@ impl Release {
 
     /// nifi-sim inside the cluster network, through the Service, in the background.
     pub fn start_simulation(&self, job: &str, extra: &[&str]) -> std::process::Child {
+        let api = format!("http://{}:8080", self.service_ip());
+        self.start_simulation_at(&api, &["--token", NIFI_TOKEN], job, extra)
+    }
+
+    /// The same against `api` (e.g. `https://…` with `--ca-file` in `extra`), authenticated by
+    /// `auth` (`--token T` or `--token-file F`).
+    pub fn start_simulation_at(
+        &self,
+        api: &str,
+        auth: &[&str],
+        job: &str,
+        extra: &[&str],
+    ) -> std::process::Child {
         // One simulator at a time holds PG-05's port: one left behind by a failed test goes.
         let _ = Command::new("pkill")
             .args(["-f", &format!("{} --api", self.sim.display())])
             .status();
-        let api = format!("http://{}:8080", self.service_ip());
         let receiver = format!("{}:{RECEIVER_PORT}", self.node.ip());
         let prefix = format!(
             "{}-{}",
@@ -244,11 +295,9 @@ impl Release {
         );
         self.node
             .in_netns(self.sim.to_str().unwrap())
+            .args(["--api", api])
+            .args(auth)
             .args([
-                "--api",
-                &api,
-                "--token",
-                NIFI_TOKEN,
                 // NiFi's retry schedule at the suites' scale (7.5 s of waits in all).
                 "--retry-scale",
                 &crate::nifi::api::RetrySchedule::TEST_SCALE.to_string(),
@@ -324,7 +373,7 @@ impl Release {
     }
 
     /// Uninstalls (if installed), deletes the namespace and drops the database.
-    pub async fn remove(self) {
+    pub async fn remove(mut self) {
         let _ = self.node.helm(&[
             "uninstall",
             &self.name,
@@ -346,6 +395,7 @@ impl Release {
         )))
         .execute(&mut pg)
         .await;
+        self.removed = true;
     }
 }
 

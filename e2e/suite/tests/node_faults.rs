@@ -4,7 +4,7 @@
 //! it measured.
 use e2e::check::{Scope, check};
 use e2e::node::wait_for;
-use e2e::release::Release;
+use e2e::release::{self, Release};
 use serde_json::{Value, json};
 use sqlx::Connection;
 use std::time::{Duration, Instant};
@@ -1178,4 +1178,364 @@ async fn a_second_release_on_the_same_ledger_is_refused_and_takes_over_when_alon
     eprintln!("node faults: {figures}");
     second.remove().await;
     first.remove().await;
+}
+
+/// A server certificate for the API's Service name, signed by `ca`, valid until 1 January of
+/// `until` (the year tells the certificates apart on the wire): (certificate PEM, key PEM).
+fn api_certificate(ca: &testkit::TestCa, host: &str, until: i32) -> (String, String) {
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut p = rcgen::CertificateParams::new(vec![host.to_string()]).unwrap();
+    p.distinguished_name.push(rcgen::DnType::CommonName, host);
+    p.not_after = rcgen::date_time_ymd(until, 1, 1);
+    let cert = p.signed_by(&key, &ca.issuer).unwrap();
+    (cert.pem(), key.serialize_pem())
+}
+
+/// `kubectl create secret … --dry-run=client -o yaml | kubectl apply -f -`, as docs/operations.md
+/// tells an operator to rotate a Secret.
+fn apply_secret(r: &Release, name: &str, literals: &[(&str, &str)]) {
+    let mut args = vec![
+        "create".to_string(),
+        "secret".into(),
+        "generic".into(),
+        name.into(),
+        "--dry-run=client".into(),
+        "-o".into(),
+        "yaml".into(),
+    ];
+    for (key, value) in literals {
+        args.push(format!("--from-literal={key}={value}"));
+    }
+    let yaml = r.k(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    r.apply(&yaml);
+}
+
+/// The year the certificate served to a new handshake at `ip`:8080 expires (`notAfter`), read
+/// from inside the node's network; None when no handshake completes.
+fn served_certificate_year(r: &Release, ip: &str) -> Option<i32> {
+    let out = r
+        .node
+        .in_netns("sh")
+        .args([
+            "-c",
+            &format!(
+                "openssl s_client -connect {ip}:8080 </dev/null 2>/dev/null | openssl x509 -noout -enddate"
+            ),
+        ])
+        .output()
+        .ok()?;
+    // notAfter=Jan  1 00:00:00 2032 GMT
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .rev()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// The status a GET of the monitor summary gets at pod `ip` with `token`, verified against `ca`
+/// under the Service's name `host`.
+fn status_with_token(
+    r: &Release,
+    host: &str,
+    ip: &str,
+    ca: &std::path::Path,
+    token: &str,
+) -> String {
+    let out = r
+        .node
+        .in_netns("curl")
+        .args([
+            "-s",
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_code}",
+            "--max-time",
+            "3",
+            "--cacert",
+            ca.to_str().unwrap(),
+            "--resolve",
+            &format!("{host}:8080:{ip}"),
+            "-H",
+            &format!("Authorization: Bearer {token}"),
+            &format!("https://{host}:8080/v1/monitor/summary"),
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn pod_ips(r: &Release) -> Vec<String> {
+    r.server_pods()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter_map(|p| p["status"]["podIP"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Pod names with the restart count of each of their containers.
+fn pods_and_restarts(r: &Release) -> Vec<(String, Vec<u64>)> {
+    let mut pods: Vec<(String, Vec<u64>)> = r
+        .server_pods()
+        .iter()
+        .map(|p| {
+            (
+                p["metadata"]["name"].as_str().unwrap().to_string(),
+                p["status"]["containerStatuses"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| c["restartCount"].as_u64().unwrap())
+                    .collect(),
+            )
+        })
+        .collect();
+    pods.sort();
+    pods
+}
+
+/// Issue 28 item 1 on the node: under NiFi load over HTTPS through the Service, (1) the API's
+/// certificate renewed in its Secret (the kubelet's atomic swap of the mounted files), (2) a new
+/// NiFi token added beside the old one, NiFi switched to it, the old one removed, each by
+/// `kubectl apply` of the Secret alone, then (3) the dispatch signing key rotated in the order
+/// docs/nifi.md gives (PG-05 holds both keys; the new key first in the Secret, pods rolled as the
+/// chart says). (1) and (2) restart nothing: same pods, no container restart; new handshakes get
+/// the new certificate, the new token is accepted and the old one refused on every pod. NiFi sees
+/// no failed call in any phase, every run SUCCESS, and PG-05 accepts dispatches signed by both
+/// keys and refuses none.
+#[tokio::test(flavor = "multi_thread")]
+async fn certificates_tokens_and_signing_keys_rotated_under_load() {
+    const JOB: &str = "NODE_ROTATION";
+    const NEXT_TOKEN: &str = "story-nifi-token-next";
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("rotation", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    let dir = std::env::temp_dir().join(format!("lc-rotation-{}", r.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = format!("lc-load-control.{}.svc", r.ns);
+    let ca = testkit::TestCa::new("load-control API CA");
+    let ca_file = dir.join("ca.crt");
+    std::fs::write(&ca_file, &ca.pem).unwrap();
+    let (first_cert, first_key) = api_certificate(&ca, &host, 2031);
+    apply_secret(
+        &r,
+        "lc-api-tls",
+        &[
+            ("tls.crt", &first_cert),
+            ("tls.key", &first_key),
+            ("ca.crt", &ca.pem),
+        ],
+    );
+    let (old_key, new_key) = (
+        "k2026a=old-signing-secret-0123456789",
+        "k2026b=new-signing-secret-9876543210",
+    );
+    apply_secret(
+        &r,
+        "lc-signing",
+        &[(
+            "signing-keys.yaml",
+            "[{id: k2026a, secret: old-signing-secret-0123456789}]",
+        )],
+    );
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    r.helm_install_with(
+        "install",
+        &tag,
+        &[
+            "config.recovery.sweeper_interval=2s",
+            "secrets.apiTls.existingSecret=lc-api-tls",
+            "secrets.signingKeys.existingSecret=lc-signing",
+        ],
+    );
+    apply_loadjob(&r, JOB);
+    let token_file = dir.join("nifi-token");
+    std::fs::write(&token_file, release::NIFI_TOKEN).unwrap();
+    let stop_file = dir.join("stop");
+    let api = format!("https://{host}:8080");
+    let address = format!("{}:8080", r.service_ip());
+    let before = pods_and_restarts(&r);
+    let mut sim = r.start_simulation_at(
+        &api,
+        &["--token-file", token_file.to_str().unwrap()],
+        JOB,
+        &[
+            &[
+                "--runs",
+                "5000",
+                "--stop-file",
+                stop_file.to_str().unwrap(),
+                "--ca-file",
+                ca_file.to_str().unwrap(),
+                "--api-address",
+                &address,
+                "--pg05-signing-key",
+                &format!("{old_key},{new_key}"),
+            ][..],
+            LOAD,
+        ]
+        .concat(),
+    );
+    load_under_way(&r, &mut sim, JOB, 2).await;
+    let mut phases = vec![];
+
+    // 1. The certificate renewed: every pod serves the new one to new handshakes.
+    let started = Instant::now();
+    for ip in pod_ips(&r) {
+        assert_eq!(served_certificate_year(&r, &ip), Some(2031), "{ip}");
+    }
+    let (next_cert, next_key) = api_certificate(&ca, &host, 2032);
+    apply_secret(
+        &r,
+        "lc-api-tls",
+        &[
+            ("tls.crt", &next_cert),
+            ("tls.key", &next_key),
+            ("ca.crt", &ca.pem),
+        ],
+    );
+    wait_for(
+        "every pod serving the renewed certificate",
+        Duration::from_secs(180),
+        || {
+            let years: Vec<_> = pod_ips(&r)
+                .iter()
+                .map(|ip| served_certificate_year(&r, ip))
+                .collect();
+            Ok((years.len() == 2 && years.iter().all(|y| *y == Some(2032))).then_some(()))
+        },
+    )
+    .unwrap();
+    phases.push(
+        json!({"phase": "api certificate renewed", "seconds": started.elapsed().as_secs_f64()}),
+    );
+    assert_load_still_running(&mut sim, "the certificate renewal");
+
+    // 2. A new NiFi token beside the old one; NiFi switched to it; the old one removed.
+    let started = Instant::now();
+    let entry = |name: &str, role: &str, token: &str| {
+        format!(
+            "{{name: {name}, role: {role}, sha256: {}}}",
+            r.digest(token)
+        )
+    };
+    let ops = entry("story-ops", "operator", release::OPS_TOKEN);
+    let old = entry("story-nifi", "nifi", release::NIFI_TOKEN);
+    let next = entry("story-nifi-next", "nifi", NEXT_TOKEN);
+    apply_secret(
+        &r,
+        "lc-tokens",
+        &[("tokens.yaml", &format!("[{old}, {next}, {ops}]"))],
+    );
+    wait_for(
+        "the new token accepted on every pod",
+        Duration::from_secs(180),
+        || {
+            let codes: Vec<_> = pod_ips(&r)
+                .iter()
+                .map(|ip| status_with_token(&r, &host, ip, &ca_file, NEXT_TOKEN))
+                .collect();
+            Ok((codes.len() == 2 && codes.iter().all(|c| c == "200")).then_some(()))
+        },
+    )
+    .unwrap();
+    let added = started.elapsed().as_secs_f64();
+    std::fs::write(&token_file, NEXT_TOKEN).unwrap();
+    apply_secret(
+        &r,
+        "lc-tokens",
+        &[("tokens.yaml", &format!("[{next}, {ops}]"))],
+    );
+    wait_for(
+        "the old token refused on every pod",
+        Duration::from_secs(180),
+        || {
+            let codes: Vec<_> = pod_ips(&r)
+                .iter()
+                .map(|ip| status_with_token(&r, &host, ip, &ca_file, release::NIFI_TOKEN))
+                .collect();
+            Ok((codes.len() == 2 && codes.iter().all(|c| c == "401" || c == "403")).then_some(()))
+        },
+    )
+    .unwrap();
+    phases.push(
+        json!({"phase": "nifi token rotated", "new_token_accepted_seconds": added,
+        "seconds": started.elapsed().as_secs_f64()}),
+    );
+    assert_load_still_running(&mut sim, "the token rotation");
+    assert_eq!(
+        pods_and_restarts(&r),
+        before,
+        "a pod or container restarted"
+    );
+
+    // 3. The signing key: the new one first (it signs), the old one kept; the pods rolled.
+    let started = Instant::now();
+    apply_secret(
+        &r,
+        "lc-signing",
+        &[(
+            "signing-keys.yaml",
+            "[{id: k2026b, secret: new-signing-secret-9876543210}, {id: k2026a, secret: old-signing-secret-0123456789}]",
+        )],
+    );
+    r.k(&["rollout", "restart", "deployment/lc-load-control"]);
+    r.k(&[
+        "rollout",
+        "status",
+        "deployment/lc-load-control",
+        "--timeout=180s",
+    ]);
+    // Dispatches the new pods sent (signed by the new key): runs that reach validation after
+    // the roll.
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let (rolled_at,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let sent: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r USING (run_id) \
+              WHERE r.job_key = $1 AND d.sent_at > $2",
+        )
+        .bind(JOB)
+        .bind(rolled_at)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if sent >= 3 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sent} dispatches sent in 120 s after the roll"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    phases.push(json!({"phase": "signing key rotated (pods rolled)", "seconds": started.elapsed().as_secs_f64()}));
+    assert_load_still_running(&mut sim, "the signing key rotation");
+
+    std::fs::write(&stop_file, "").unwrap();
+    let summary = Release::summary(sim);
+    let runs = summary["runs"].as_u64().unwrap() as usize;
+    let (requests, availability) = availability(&summary);
+    assert_eq!(
+        summary["failed_attempts"],
+        json!({}),
+        "NiFi saw failed calls: {summary}"
+    );
+    let by_key = &summary["receiver"]["accepted_by_key"];
+    assert!(by_key["k2026a"].as_u64().unwrap_or(0) > 0, "{by_key}");
+    assert!(by_key["k2026b"].as_u64().unwrap_or(0) > 0, "{by_key}");
+    assert_eq!(
+        summary["receiver"]["signature_refused"],
+        json!([]),
+        "{summary}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+    let figures = json!({"bench": "node_rotation", "phases": phases, "runs": runs,
+        "nifi_requests": requests, "availability": availability,
+        "dispatches_by_key": by_key});
+    conclude(r, JOB, runs, &summary, figures).await;
 }

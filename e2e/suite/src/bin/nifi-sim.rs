@@ -2,7 +2,7 @@
 //! JSON summary line. Exit status 1 when the contract was broken (an anomaly, a dispatch PG-05
 //! would refuse, a run that never reached a final state).
 use clap::{Parser, Subcommand};
-use e2e::nifi::api::{NifiClient, RetrySchedule};
+use e2e::nifi::api::{Bearer, NifiClient, RetrySchedule};
 use e2e::nifi::faults::Faults;
 use e2e::nifi::receiver::Behaviour;
 use e2e::nifi::{Plan, Simulation};
@@ -21,8 +21,24 @@ struct Cli {
     #[arg(long, default_value = "http://127.0.0.1:8080")]
     api: String,
     /// Bearer token with the nifi role.
-    #[arg(long, env = "NIFI_SIM_TOKEN", hide_env_values = true)]
-    token: String,
+    #[arg(
+        long,
+        env = "NIFI_SIM_TOKEN",
+        hide_env_values = true,
+        required_unless_present = "token_file"
+    )]
+    token: Option<String>,
+    /// A file holding the bearer token, read again before every call (a token rotated under a
+    /// running flow). Instead of --token.
+    #[arg(long, conflicts_with = "token")]
+    token_file: Option<std::path::PathBuf>,
+    /// PEM file of the only CA trusted for an https --api (NiFi's truststore).
+    #[arg(long)]
+    ca_file: Option<std::path::PathBuf>,
+    /// Where --api's host name is reached (IP:PORT), as DNS would answer it; the certificate is
+    /// still checked against the name.
+    #[arg(long)]
+    api_address: Option<std::net::SocketAddr>,
     /// Retries of a call answered 5xx or not at all (the relationships' Number of Retry Attempts).
     #[arg(long, default_value_t = RetrySchedule::NIFI.count)]
     retries: u32,
@@ -67,6 +83,10 @@ struct RunArgs {
     receiver_prefix: String,
     #[arg(long, default_value = "NIFI_SIM")]
     job: String,
+    /// Once this file exists, no further run starts; runs under way finish, and the summary
+    /// counts the runs started. Lets a load last exactly as long as a test's faults.
+    #[arg(long)]
+    stop_file: Option<std::path::PathBuf>,
     /// Business keys are <prefix>-<n> (default: a random prefix).
     #[arg(long)]
     business_key_prefix: Option<String>,
@@ -134,7 +154,25 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         a.late_report,
         a.publish_unknown,
     ));
-    let mut api = NifiClient::new(&cli.api, &cli.token, faults.clone())?;
+    let bearer = match (cli.token, cli.token_file) {
+        (_, Some(file)) => Bearer::File(file),
+        (Some(token), None) => Bearer::Fixed(token),
+        (None, None) => anyhow::bail!("--token or --token-file is needed"),
+    };
+    let ca = match &cli.ca_file {
+        Some(path) => Some(
+            std::fs::read(path)
+                .map_err(|e| anyhow::anyhow!("--ca-file {}: {e}", path.display()))?,
+        ),
+        None => None,
+    };
+    let mut api = NifiClient::with(
+        &cli.api,
+        bearer,
+        ca.as_deref(),
+        cli.api_address,
+        faults.clone(),
+    )?;
     let seconds = |name: &str, s: f64| {
         anyhow::ensure!(
             s.is_finite() && (0.0..=86400.0).contains(&s),
@@ -169,6 +207,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         run_timeout: Duration::from_secs(a.run_timeout),
         publish_unknown_runs: a.publish_unknown_runs,
         pg90_budget: Duration::from_secs(a.pg90_budget),
+        stop_file: a.stop_file,
         ..Plan::default()
     };
     if let Some(p) = a.business_key_prefix {

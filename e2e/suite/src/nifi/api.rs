@@ -96,11 +96,31 @@ impl Default for RetrySchedule {
     }
 }
 
+/// Where the bearer token comes from: a fixed value, or a file read again before every call (as
+/// when NiFi's token parameter is changed under a running flow: the next call carries the new
+/// value; the token-rotation test switches NiFi to a new token this way).
+#[derive(Clone)]
+pub enum Bearer {
+    Fixed(String),
+    File(std::path::PathBuf),
+}
+
+impl Bearer {
+    fn current(&self) -> Result<String, String> {
+        match self {
+            Bearer::Fixed(token) => Ok(token.clone()),
+            Bearer::File(path) => std::fs::read_to_string(path)
+                .map(|t| t.trim().to_string())
+                .map_err(|e| format!("token file {}: {e}", path.display())),
+        }
+    }
+}
+
 #[derive(Clone)]
 pub struct NifiClient {
     http: reqwest::Client,
     base: String,
-    token: String,
+    bearer: Bearer,
     faults: Arc<Faults>,
     /// Retries after a 5xx or a transport error, and the waits before them.
     pub retry: RetrySchedule,
@@ -110,16 +130,38 @@ pub struct NifiClient {
 
 impl NifiClient {
     pub fn new(base: &str, token: &str, faults: Arc<Faults>) -> anyhow::Result<NifiClient> {
-        let http = reqwest::Client::builder()
+        Self::with(base, Bearer::Fixed(token.to_string()), None, None, faults)
+    }
+
+    /// `ca_pem`: the only CA trusted for an `https` API (InvokeHTTP's SSL Context Service with
+    /// a truststore of that CA). `address`: where the API URL's host name is reached (as DNS
+    /// would answer; the certificate is checked against the name).
+    pub fn with(
+        base: &str,
+        bearer: Bearer,
+        ca_pem: Option<&[u8]>,
+        address: Option<std::net::SocketAddr>,
+        faults: Arc<Faults>,
+    ) -> anyhow::Result<NifiClient> {
+        let mut http = reqwest::Client::builder()
             .pool_max_idle_per_host(64)
             .pool_idle_timeout(Duration::from_secs(4))
             .timeout(Duration::from_secs(30))
-            .http1_only()
-            .build()?;
+            .http1_only();
+        if let Some(pem) = ca_pem {
+            http = http.tls_certs_only(reqwest::Certificate::from_pem_bundle(pem)?);
+        }
+        if let Some(addr) = address {
+            let host = reqwest::Url::parse(base)?
+                .host_str()
+                .ok_or_else(|| anyhow::anyhow!("{base} has no host"))?
+                .to_string();
+            http = http.resolve(&host, addr);
+        }
         Ok(NifiClient {
-            http,
+            http: http.build()?,
             base: base.trim_end_matches('/').to_string(),
-            token: token.to_string(),
+            bearer,
             faults,
             retry: RetrySchedule::NIFI,
             failed_attempts: Default::default(),
@@ -137,7 +179,10 @@ impl NifiClient {
             "GET" => self.http.get(&url),
             _ => self.http.post(&url),
         }
-        .header("Authorization", format!("Bearer {}", self.token))
+        .header(
+            "Authorization",
+            format!("Bearer {}", self.bearer.current()?),
+        )
         .header("User-Agent", "")
         .header("X-Request-Id", uuid::Uuid::new_v4().to_string());
         if let Some(b) = body {

@@ -32,6 +32,9 @@ pub struct Plan {
     /// PG-90's own retry budget for a call whose NiFi retries ran out (docs/nifi.md): it is sent
     /// again every 2 s for this long before the flow reports the failure instead.
     pub pg90_budget: Duration,
+    /// Once this file exists no further run starts (runs under way finish): a load that lasts
+    /// as long as a test's faults do. The summary's `runs` counts the runs started.
+    pub stop_file: Option<std::path::PathBuf>,
 }
 
 impl Default for Plan {
@@ -49,6 +52,7 @@ impl Default for Plan {
             run_timeout: Duration::from_secs(120),
             publish_unknown_runs: 0,
             pg90_budget: Duration::from_secs(120),
+            stop_file: None,
         }
     }
 }
@@ -321,13 +325,20 @@ impl Simulation {
             let (sh, gate) = (sh.clone(), gate.clone());
             runs.push(tokio::spawn(async move {
                 let _permit = gate.acquire_owned().await.expect("semaphore");
-                drive_run(&sh, n).await
+                if sh.plan.stop_file.as_ref().is_some_and(|f| f.exists()) {
+                    return None;
+                }
+                Some(drive_run(&sh, n).await)
             }));
         }
         let mut final_status = BTreeMap::new();
-        let (mut run_ids, mut unfinished) = (vec![], vec![]);
+        let (mut run_ids, mut unfinished, mut runs_started) = (vec![], vec![], 0);
         for r in runs {
-            match r.await.expect("run task") {
+            let Some(outcome) = r.await.expect("run task") else {
+                continue; // not started: the stop file was there
+            };
+            runs_started += 1;
+            match outcome {
                 (Some(id), Some(status)) => {
                     run_ids.push(id);
                     *final_status.entry(status).or_insert(0) += 1;
@@ -349,7 +360,7 @@ impl Simulation {
         }
         let receiver = self.receiver.stats.lock().unwrap().clone();
         Summary {
-            runs: sh.plan.runs,
+            runs: runs_started,
             final_status,
             run_ids,
             unfinished,

@@ -178,6 +178,9 @@ impl SigningKeys {
 #[derive(Default, Debug, Clone, serde::Serialize)]
 pub struct ReceiverStats {
     pub accepted: u64,
+    /// Accepted dispatches by the `X-LCA-Key-Id` they were signed with ("" when unchecked or
+    /// sent without one): a key rotation shows here.
+    pub accepted_by_key: std::collections::BTreeMap<String, u64>,
     pub refused_on_purpose: u64,
     /// Dispatches refused for their signature (§6.4), with the reason: not a product defect when
     /// the receiver was meant not to hold the key.
@@ -387,6 +390,9 @@ async fn serve(
                     {
                         let mut s = stats.lock().unwrap();
                         s.accepted += 1;
+                        *s.accepted_by_key
+                            .entry(d.key_id.clone().unwrap_or_default())
+                            .or_default() += 1;
                         s.first_request_head.get_or_insert(head_text);
                     }
                     let echo = serde_json::json!({"received": path, "runId": d.run_id, "dispatchId": d.dispatch_id});
