@@ -4,40 +4,12 @@
 //! cancel or a failure never completes a run that ended, and `success_partition_count` as read
 //! stays exact although the successes no longer write it.
 use ledger::{
-    Actor, ChunkReport, ChunkResult, Decimal38, Ledger, LedgerConfig, LedgerError, Manifest,
-    ManifestPartition, RunFailure, RunFilter, RunStatus,
+    Actor, ChunkReport, ChunkResult, Ledger, LedgerConfig, LedgerError, RunFailure, RunFilter,
+    RunStatus,
 };
 use sqlx::PgConnection;
-use testkit::{TestDb, new_run};
+use testkit::{TestDb, manifest, new_run};
 use uuid::Uuid;
-
-fn manifest(rows: &[i64]) -> Manifest {
-    let n = rows.len();
-    Manifest {
-        snapshot_scn: Decimal38::parse("777"),
-        source_count: rows.iter().sum(),
-        source_null_split_count: 0,
-        source_min_split: None,
-        source_max_split: None,
-        planned_partition_count: n as i64,
-        source_metrics: vec![],
-        source_metrics_version: "v1".into(),
-        partitions: rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ManifestPartition {
-                partition_id: format!("{i:04}"),
-                lower_bound: Decimal38::parse(&(i * 10).to_string()),
-                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
-                lower_text: None,
-                upper_text: None,
-                upper_inclusive: i + 1 == n,
-                is_null_partition: false,
-                expected_row_count: *r,
-            })
-            .collect(),
-    }
-}
 
 fn chunk(path: &str, pid: &str, token: Uuid, i: i32) -> ChunkReport {
     ChunkReport {

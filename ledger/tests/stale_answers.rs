@@ -14,42 +14,11 @@
 //!
 //! Each interleaving is forced with a plain transaction holding a row lock that the first
 //! operation queues behind; waits are observed in `pg_stat_activity`, never slept out.
-use ledger::{
-    Actor, ChunkReport, ChunkResult, Decimal38, Ledger, LedgerConfig, Manifest, ManifestPartition,
-    PartitionStatus, RunStatus,
-};
+use ledger::{Actor, ChunkReport, ChunkResult, Ledger, LedgerConfig, PartitionStatus, RunStatus};
 use sqlx::{Connection, PgConnection};
 use std::time::{Duration, Instant};
-use testkit::{TestDb, new_run};
+use testkit::{TestDb, manifest, new_run};
 use uuid::Uuid;
-
-fn manifest(rows: &[i64]) -> Manifest {
-    let n = rows.len();
-    Manifest {
-        snapshot_scn: Decimal38::parse("777"),
-        source_count: rows.iter().sum(),
-        source_null_split_count: 0,
-        source_min_split: None,
-        source_max_split: None,
-        planned_partition_count: n as i64,
-        source_metrics: vec![],
-        source_metrics_version: "v1".into(),
-        partitions: rows
-            .iter()
-            .enumerate()
-            .map(|(i, r)| ManifestPartition {
-                partition_id: format!("{i:04}"),
-                lower_bound: Decimal38::parse(&(i * 10).to_string()),
-                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
-                lower_text: None,
-                upper_text: None,
-                upper_inclusive: i + 1 == n,
-                is_null_partition: false,
-                expected_row_count: *r,
-            })
-            .collect(),
-    }
-}
 
 /// Waits until `n` backends of the test database wait for a heavyweight lock, `on` of them on
 /// `wait_event` (`transactionid` for a row another transaction holds, `advisory`).

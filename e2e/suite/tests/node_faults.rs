@@ -1266,6 +1266,19 @@ fn status_with_token(
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits (3 minutes at most) until `probe` holds for both of the release's pods (one bool each).
+fn await_every_pod(what: &str, probe: impl Fn() -> Vec<bool>) {
+    wait_for(
+        &format!("{what} on every pod"),
+        Duration::from_secs(180),
+        || {
+            let each = probe();
+            Ok((each.len() == 2 && each.iter().all(|ok| *ok)).then_some(()))
+        },
+    )
+    .unwrap();
+}
+
 fn pod_ips(r: &Release) -> Vec<String> {
     r.server_pods()
         .iter()
@@ -1394,18 +1407,12 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
             ("ca.crt", &ca.pem),
         ],
     );
-    wait_for(
-        "every pod serving the renewed certificate",
-        Duration::from_secs(180),
-        || {
-            let years: Vec<_> = pod_ips(&r)
-                .iter()
-                .map(|ip| served_certificate_year(&r, ip))
-                .collect();
-            Ok((years.len() == 2 && years.iter().all(|y| *y == Some(2032))).then_some(()))
-        },
-    )
-    .unwrap();
+    await_every_pod("the renewed certificate served", || {
+        pod_ips(&r)
+            .iter()
+            .map(|ip| served_certificate_year(&r, ip) == Some(2032))
+            .collect()
+    });
     phases.push(
         json!({"phase": "api certificate renewed", "seconds": started.elapsed().as_secs_f64()}),
     );
@@ -1427,18 +1434,12 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         "lc-tokens",
         &[("tokens.yaml", &format!("[{old}, {next}, {ops}]"))],
     );
-    wait_for(
-        "the new token accepted on every pod",
-        Duration::from_secs(180),
-        || {
-            let codes: Vec<_> = pod_ips(&r)
-                .iter()
-                .map(|ip| status_with_token(&r, &host, ip, &ca_file, NEXT_TOKEN))
-                .collect();
-            Ok((codes.len() == 2 && codes.iter().all(|c| c == "200")).then_some(()))
-        },
-    )
-    .unwrap();
+    await_every_pod("the new token accepted", || {
+        pod_ips(&r)
+            .iter()
+            .map(|ip| status_with_token(&r, &host, ip, &ca_file, NEXT_TOKEN) == "200")
+            .collect()
+    });
     let added = started.elapsed().as_secs_f64();
     std::fs::write(&token_file, NEXT_TOKEN).unwrap();
     apply_secret(
@@ -1446,18 +1447,15 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         "lc-tokens",
         &[("tokens.yaml", &format!("[{next}, {ops}]"))],
     );
-    wait_for(
-        "the old token refused on every pod",
-        Duration::from_secs(180),
-        || {
-            let codes: Vec<_> = pod_ips(&r)
-                .iter()
-                .map(|ip| status_with_token(&r, &host, ip, &ca_file, release::NIFI_TOKEN))
-                .collect();
-            Ok((codes.len() == 2 && codes.iter().all(|c| c == "401" || c == "403")).then_some(()))
-        },
-    )
-    .unwrap();
+    await_every_pod("the old token refused", || {
+        pod_ips(&r)
+            .iter()
+            .map(|ip| {
+                let code = status_with_token(&r, &host, ip, &ca_file, release::NIFI_TOKEN);
+                code == "401" || code == "403"
+            })
+            .collect()
+    });
     phases.push(
         json!({"phase": "nifi token rotated", "new_token_accepted_seconds": added,
         "seconds": started.elapsed().as_secs_f64()}),

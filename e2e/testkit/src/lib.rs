@@ -178,6 +178,37 @@ pub fn new_run(bk: &str) -> ledger::NewRun {
     }
 }
 
+/// The manifest of a run of `rows.len()` partitions `0000`, `0001`, … expecting `rows[i]` rows
+/// each, over adjacent numeric ranges (the last one inclusive), snapshot SCN 777.
+pub fn manifest(rows: &[i64]) -> ledger::Manifest {
+    use ledger::{Decimal38, ManifestPartition};
+    let n = rows.len();
+    ledger::Manifest {
+        snapshot_scn: Decimal38::parse("777"),
+        source_count: rows.iter().sum(),
+        source_null_split_count: 0,
+        source_min_split: None,
+        source_max_split: None,
+        planned_partition_count: n as i64,
+        source_metrics: vec![],
+        source_metrics_version: "v1".into(),
+        partitions: rows
+            .iter()
+            .enumerate()
+            .map(|(i, r)| ManifestPartition {
+                partition_id: format!("{i:04}"),
+                lower_bound: Decimal38::parse(&(i * 10).to_string()),
+                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
+                lower_text: None,
+                upper_text: None,
+                upper_inclusive: i + 1 == n,
+                is_null_partition: false,
+                expected_row_count: *r,
+            })
+            .collect(),
+    }
+}
+
 /// A certificate authority of its own for TLS tests: its PEM and what signs with it.
 pub struct TestCa {
     pub pem: String,
