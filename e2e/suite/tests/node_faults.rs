@@ -1266,6 +1266,36 @@ fn status_with_token(
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Waits (2 minutes at most) until `at_least` dispatches of `job_key`'s runs have been sent
+/// since now.
+async fn dispatches_sent_after(r: &Release, job_key: &str, at_least: i64) {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let (since,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let sent: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r USING (run_id) \
+              WHERE r.job_key = $1 AND d.sent_at > $2",
+        )
+        .bind(job_key)
+        .bind(since)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        if sent >= at_least {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{sent} dispatches sent in the 120 s since {since}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
 /// Waits (3 minutes at most) until `probe` holds for both of the release's pods (one bool each).
 fn await_every_pod(what: &str, probe: impl Fn() -> Vec<bool>) {
     wait_for(
@@ -1308,15 +1338,17 @@ fn pods_and_restarts(r: &Release) -> Vec<(String, Vec<u64>)> {
     pods
 }
 
-/// Issue 28 item 1 on the node: under NiFi load over HTTPS through the Service, (1) the API's
-/// certificate renewed in its Secret (the kubelet's atomic swap of the mounted files), (2) a new
-/// NiFi token added beside the old one, NiFi switched to it, the old one removed, each by
-/// `kubectl apply` of the Secret alone, then (3) the dispatch signing key rotated in the order
+/// Issue 28 item 1 on the node: under NiFi load over HTTPS through the Service, with PG-05 over
+/// HTTPS requiring load-control's client certificate, (1) the API's certificate renewed in its
+/// Secret (the kubelet's atomic swap of the mounted files), (2) a new NiFi token added beside the
+/// old one, NiFi switched to it, the old one removed, (3) NiFi's client certificate renewed, each
+/// by `kubectl apply` of the Secret alone, then (4) the dispatch signing key rotated in the order
 /// docs/nifi.md gives (PG-05 holds both keys; the new key first in the Secret, pods rolled as the
-/// chart says). (1) and (2) restart nothing: same pods, no container restart; new handshakes get
-/// the new certificate, the new token is accepted and the old one refused on every pod. NiFi sees
-/// no failed call in any phase, every run SUCCESS, and PG-05 accepts dispatches signed by both
-/// keys and refuses none.
+/// chart says). (1)–(3) restart nothing: same pods, no container restart; new handshakes get the
+/// new certificate, the new token is accepted and the old one refused on every pod, every
+/// operator loads the new client certificate and PG-05 sees it. NiFi sees no failed call in any
+/// phase, every run SUCCESS, and PG-05 accepts dispatches signed by both keys, presenting both
+/// client certificates, and refuses none.
 #[tokio::test(flavor = "multi_thread")]
 async fn certificates_tokens_and_signing_keys_rotated_under_load() {
     const JOB: &str = "NODE_ROTATION";
@@ -1351,6 +1383,46 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
             "[{id: k2026a, secret: old-signing-secret-0123456789}]",
         )],
     );
+    // PG-05 over HTTPS, requiring a client certificate from load-control (secrets.nifiTls).
+    let pg05_ca = testkit::TestCa::new("NiFi PG-05 CA");
+    let client_ca = testkit::TestCa::new("NiFi client CA");
+    let (pg05_cert, pg05_key) = api_certificate(&pg05_ca, r.node.ip(), 2031);
+    let (first_client, first_client_key) = api_certificate(&client_ca, "load-control", 2031);
+    let (next_client, next_client_key) = api_certificate(&client_ca, "load-control", 2032);
+    let pem_id = |pem: &str| {
+        use rustls::pki_types::{CertificateDer, pem::PemObject};
+        e2e::nifi::receiver::certificate_id(
+            &CertificateDer::from_pem_slice(pem.as_bytes()).unwrap(),
+        )
+    };
+    let (first_client_id, next_client_id) = (pem_id(&first_client), pem_id(&next_client));
+    let file = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let pg05_tls = [
+        "--pg05-tls-cert".to_string(),
+        file("pg05.crt", &pg05_cert),
+        "--pg05-tls-key".into(),
+        file("pg05.key", &pg05_key),
+        "--pg05-client-ca".into(),
+        file("client-ca.crt", &client_ca.pem),
+    ];
+    apply_secret(
+        &r,
+        "lc-nifi-tls",
+        &[
+            ("tls.crt", &first_client),
+            ("tls.key", &first_client_key),
+            ("ca.crt", &pg05_ca.pem),
+        ],
+    );
+    let receiver = format!(
+        "config.nifi.receiver_url=https://{}:{}",
+        r.node.ip(),
+        release::RECEIVER_PORT
+    );
     let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
     r.helm_install_with(
         "install",
@@ -1359,6 +1431,8 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
             "config.recovery.sweeper_interval=2s",
             "secrets.apiTls.existingSecret=lc-api-tls",
             "secrets.signingKeys.existingSecret=lc-signing",
+            "secrets.nifiTls.existingSecret=lc-nifi-tls",
+            &receiver,
         ],
     );
     apply_loadjob(&r, JOB);
@@ -1385,6 +1459,7 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
                 "--pg05-signing-key",
                 &format!("{old_key},{new_key}"),
             ][..],
+            &pg05_tls.iter().map(String::as_str).collect::<Vec<_>>(),
             LOAD,
         ]
         .concat(),
@@ -1467,7 +1542,47 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         "a pod or container restarted"
     );
 
-    // 3. The signing key: the new one first (it signs), the old one kept; the pods rolled.
+    // 3. NiFi's client certificate renewed: every operator reads it again (its expiry metric),
+    //    and the dispatches after that present it to PG-05.
+    let started = Instant::now();
+    apply_secret(
+        &r,
+        "lc-nifi-tls",
+        &[
+            ("tls.crt", &next_client),
+            ("tls.key", &next_client_key),
+            ("ca.crt", &pg05_ca.pem),
+        ],
+    );
+    let renewed = format!(
+        "lca_certificate_expiry_timestamp_seconds{{cert=\"nifi_client\"}} {}",
+        chrono::NaiveDate::from_ymd_opt(2032, 1, 1)
+            .unwrap()
+            .and_hms_opt(0, 0, 0)
+            .unwrap()
+            .and_utc()
+            .timestamp()
+    );
+    await_every_pod("the renewed NiFi client certificate loaded", || {
+        pod_ips(&r)
+            .iter()
+            .map(|ip| {
+                operator_get(&r, ip, "/metrics")
+                    .lines()
+                    .any(|l| l == renewed)
+            })
+            .collect()
+    });
+    dispatches_sent_after(&r, JOB, 3).await;
+    phases.push(json!({"phase": "nifi client certificate renewed", "seconds": started.elapsed().as_secs_f64()}));
+    assert_load_still_running(&mut sim, "the client certificate renewal");
+    assert_eq!(
+        pods_and_restarts(&r),
+        before,
+        "a pod or container restarted"
+    );
+
+    // 4. The signing key: the new one first (it signs), the old one kept; the pods rolled.
     let started = Instant::now();
     apply_secret(
         &r,
@@ -1486,31 +1601,7 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
     ]);
     // Dispatches the new pods sent (signed by the new key): runs that reach validation after
     // the roll.
-    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
-    let (rolled_at,): (chrono::DateTime<chrono::Utc>,) = sqlx::query_as("SELECT now()")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let sent: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM nifi_ops.load_dispatch d JOIN nifi_ops.load_run r USING (run_id) \
-              WHERE r.job_key = $1 AND d.sent_at > $2",
-        )
-        .bind(JOB)
-        .bind(rolled_at)
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-        if sent >= 3 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{sent} dispatches sent in 120 s after the roll"
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    dispatches_sent_after(&r, JOB, 3).await;
     phases.push(json!({"phase": "signing key rotated (pods rolled)", "seconds": started.elapsed().as_secs_f64()}));
     assert_load_still_running(&mut sim, "the signing key rotation");
 
@@ -1531,9 +1622,17 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         json!([]),
         "{summary}"
     );
+    let certs = &summary["receiver"]["client_certificates"];
+    assert!(certs[&first_client_id].as_u64().unwrap_or(0) > 0, "{certs}");
+    assert!(certs[&next_client_id].as_u64().unwrap_or(0) > 0, "{certs}");
+    assert_eq!(
+        summary["receiver"]["handshakes_refused"],
+        json!([]),
+        "{summary}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
     let figures = json!({"bench": "node_rotation", "phases": phases, "runs": runs,
         "nifi_requests": requests, "availability": availability,
-        "dispatches_by_key": by_key});
+        "dispatches_by_key": by_key, "pg05_connections_by_client_certificate": certs});
     conclude(r, JOB, runs, &summary, figures).await;
 }

@@ -142,6 +142,39 @@ struct RunArgs {
     #[arg(long, env = "NIFI_SIM_PG05_SIGNING_KEYS", hide_env_values = true, value_delimiter = ',',
           value_parser = e2e::nifi::receiver::SigningKeys::parse_entry)]
     pg05_signing_key: Vec<(String, String)>,
+    /// PG-05 serves HTTPS with this certificate (PEM; with --pg05-tls-key) and requires a client
+    /// certificate signed by --pg05-client-ca, as HandleHttpRequest with an SSL Context Service
+    /// and Client Authentication REQUIRED does.
+    #[arg(long, requires_all = ["pg05_tls_key", "pg05_client_ca"])]
+    pg05_tls_cert: Option<std::path::PathBuf>,
+    #[arg(long, requires = "pg05_tls_cert")]
+    pg05_tls_key: Option<std::path::PathBuf>,
+    #[arg(long, requires = "pg05_tls_cert")]
+    pg05_client_ca: Option<std::path::PathBuf>,
+}
+
+/// PG-05's TLS configuration from its certificate, key and client CA files.
+fn pg05_tls(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    client_ca: &std::path::Path,
+) -> anyhow::Result<Arc<rustls::ServerConfig>> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let read =
+        |p: &std::path::Path| std::fs::read(p).map_err(|e| anyhow::anyhow!("{}: {e}", p.display()));
+    let chain = CertificateDer::pem_slice_iter(&read(cert)?).collect::<Result<Vec<_>, _>>()?;
+    let key = PrivateKeyDer::from_pem_slice(&read(key)?)?;
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in CertificateDer::pem_slice_iter(&read(client_ca)?) {
+        roots.add(ca?)?;
+    }
+    let verifier = rustls::server::WebPkiClientVerifier::builder(Arc::new(roots)).build()?;
+    Ok(Arc::new(
+        rustls::ServerConfig::builder()
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(chain, key)?,
+    ))
 }
 
 async fn run(cli: Cli) -> anyhow::Result<bool> {
@@ -213,7 +246,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     if let Some(p) = a.business_key_prefix {
         plan.business_key_prefix = p;
     }
+    let tls = match (&a.pg05_tls_cert, &a.pg05_tls_key, &a.pg05_client_ca) {
+        (Some(cert), Some(key), Some(ca)) => Some(pg05_tls(cert, key, ca)?),
+        _ => None,
+    };
     let behaviour = Behaviour {
+        tls,
         delay: Duration::from_millis(a.pg05_delay_ms),
         refuse_first: a.pg05_refuse_first,
         refuse_status: a.pg05_refuse_status,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use uuid::Uuid;
 
@@ -51,6 +51,16 @@ pub struct Behaviour {
     pub refuse_status: u16,
     /// The keys signatures are checked with; none: signatures are not checked.
     pub signing_keys: SigningKeys,
+    /// HTTPS, with the client certificate this configuration requires (HandleHttpRequest with an
+    /// SSL Context Service and Client Authentication REQUIRED); none: plain HTTP.
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+}
+
+/// The name the receiver's statistics give a client certificate: the first 16 hex digits of
+/// the SHA-256 of its DER (a test computes it from the certificate it made).
+pub fn certificate_id(der: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(der))[..16].to_string()
 }
 
 /// The `{id, secret}` keys PG-05 holds (§6.4), shared: a test changes them while the receiver
@@ -181,6 +191,10 @@ pub struct ReceiverStats {
     /// Accepted dispatches by the `X-LCA-Key-Id` they were signed with ("" when unchecked or
     /// sent without one): a key rotation shows here.
     pub accepted_by_key: std::collections::BTreeMap<String, u64>,
+    /// Over HTTPS: connections by the client certificate presented ([`certificate_id`]), and
+    /// handshakes refused (no certificate, or one the client CA did not sign), with the reason.
+    pub client_certificates: std::collections::BTreeMap<String, u64>,
+    pub handshakes_refused: Vec<String>,
     pub refused_on_purpose: u64,
     /// Dispatches refused for their signature (§6.4), with the reason: not a product defect when
     /// the receiver was meant not to hold the key.
@@ -293,7 +307,28 @@ impl Receiver {
                     refused.clone(),
                 );
                 tokio::spawn(async move {
-                    let _ = serve(conn, &prefix, &st, &tx, &b, &refused).await;
+                    let Some(tls) = b.tls.clone() else {
+                        let _ = serve(conn, &prefix, &st, &tx, &b, &refused).await;
+                        return;
+                    };
+                    match tokio_rustls::TlsAcceptor::from(tls).accept(conn).await {
+                        Ok(conn) => {
+                            let id = conn
+                                .get_ref()
+                                .1
+                                .peer_certificates()
+                                .and_then(|c| c.first())
+                                .map(|c| certificate_id(c))
+                                .unwrap_or_default();
+                            *st.lock()
+                                .unwrap()
+                                .client_certificates
+                                .entry(id)
+                                .or_default() += 1;
+                            let _ = serve(conn, &prefix, &st, &tx, &b, &refused).await;
+                        }
+                        Err(e) => st.lock().unwrap().handshakes_refused.push(e.to_string()),
+                    }
                 });
             }
         });
@@ -301,8 +336,8 @@ impl Receiver {
     }
 }
 
-async fn serve(
-    mut conn: TcpStream,
+async fn serve<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(
+    mut conn: S,
     prefix: &str,
     stats: &Mutex<ReceiverStats>,
     tx: &mpsc::UnboundedSender<Dispatch>,
