@@ -585,79 +585,143 @@ fn ops_files() -> Vec<PathBuf> {
     files
 }
 
-/// A source file split at every function definition: (offset, name, text up to the next one).
-fn split_functions(text: &str) -> Vec<(usize, String, String)> {
-    let starts: Vec<(usize, String)> = text
-        .match_indices("fn ")
-        .filter(|(at, _)| *at == 0 || text[..*at].ends_with(' '))
-        .filter_map(|(at, _)| {
-            words_after(&text[at..], "fn ", |c| {
-                c.is_ascii_alphanumeric() || c == '_'
-            })
-            .first()
-            .map(|name| (at, name.to_string()))
-        })
-        .collect();
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, (at, name))| {
-            let end = starts
-                .get(i + 1)
-                .map(|(next, _)| *next)
-                .unwrap_or(text.len());
-            (*at, name.clone(), text[*at..end].to_string())
-        })
-        .collect()
-}
-
-/// Code with Rust string continuations joined and every run of whitespace made one space (and
-/// none after an opening or before a closing brace), so fragments match however lines wrap.
+/// Whitespace made one space (and none after an opening or before a closing brace), so SQL
+/// fragments match however the lines wrap.
 fn normalized(code: &str) -> String {
-    let joined = code.replace("\\\n", " ");
-    let spaced = joined.split_whitespace().collect::<Vec<_>>().join(" ");
+    let spaced = code.split_whitespace().collect::<Vec<_>>().join(" ");
     spaced.replace("{ ", "{").replace(" }", "}")
 }
 
-/// A function of `ledger/src/ops`: the events its body writes and the functions it calls.
+/// What a piece of ledger code does, read by `syn` (comments are not there): the events it writes
+/// (`Event::new(Level::…, "NAME")`) and the names it calls. Nested functions are scanned on their
+/// own; macro bodies that parse as expressions (`transaction!`, `vec!`) are read.
 #[derive(Default)]
 struct Function {
     events: BTreeSet<String>,
     calls: BTreeSet<String>,
 }
 
+impl<'ast> Visit<'ast> for Function {
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(p) = &*call.func {
+            let path: Vec<String> = p
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            if path.ends_with(&["Event".to_string(), "new".to_string()]) {
+                let level = call.args.first().is_some_and(|a| {
+                    matches!(a, syn::Expr::Path(l)
+                        if l.path.segments.first().is_some_and(|s| s.ident == "Level"))
+                });
+                if let (
+                    true,
+                    Some(syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(name),
+                        ..
+                    })),
+                ) = (level, call.args.iter().nth(1))
+                {
+                    let name = name.value();
+                    if !name.is_empty() && name.chars().all(event_char) {
+                        self.events.insert(name);
+                    }
+                }
+            }
+            if let Some(last) = path.last() {
+                self.calls.insert(last.clone());
+            }
+        }
+        visit::visit_expr_call(self, call);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        self.calls.insert(call.method.to_string());
+        visit::visit_expr_method_call(self, call);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        if let Ok(args) = mac.parse_body_with(
+            syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
+        ) {
+            for arg in &args {
+                self.visit_expr(arg);
+            }
+        }
+    }
+
+    // A nested function is a function of its own.
+    fn visit_item_fn(&mut self, _: &'ast syn::ItemFn) {}
+}
+
+/// Every function of a source file (free, in `impl`s, nested): its name, whether it is a
+/// `pub async fn`, and what its body does.
+fn file_functions(source: &str) -> Vec<(String, bool, Function)> {
+    #[derive(Default)]
+    struct Collector {
+        found: Vec<(String, bool, Function)>,
+    }
+    impl Collector {
+        fn add(&mut self, vis: &syn::Visibility, sig: &syn::Signature, block: &syn::Block) {
+            let mut f = Function::default();
+            f.visit_block(block);
+            let operation = matches!(vis, syn::Visibility::Public(_)) && sig.asyncness.is_some();
+            self.found.push((sig.ident.to_string(), operation, f));
+        }
+    }
+    impl<'ast> Visit<'ast> for Collector {
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            self.add(&f.vis, &f.sig, &f.block);
+            visit::visit_item_fn(self, f);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            self.add(&f.vis, &f.sig, &f.block);
+            visit::visit_impl_item_fn(self, f);
+        }
+    }
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
+    let mut collector = Collector::default();
+    collector.visit_file(&file);
+    collector.found
+}
+
+/// The strings of a source file's `const RULES` (the sweeper's rules, in order).
+fn sweeper_rules(source: &str) -> Vec<String> {
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
+    let mut rules = Vec::new();
+    for item in &file.items {
+        if let syn::Item::Const(c) = item
+            && c.ident == "RULES"
+            && let syn::Expr::Array(list) = &*c.expr
+        {
+            for e in &list.elems {
+                if let syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) = e
+                {
+                    rules.push(s.value());
+                }
+            }
+        }
+    }
+    rules
+}
+
 /// A ledger operation: a `pub async fn` of `ledger/src/ops`, or a sweeper rule (`sweep.<rule>`),
 /// with the events it writes, its helpers' included.
 fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
-    let files = ops_files();
     let mut functions: BTreeMap<String, Function> = BTreeMap::new();
-    let mut bodies = Vec::new();
     let mut operations: BTreeMap<String, String> = BTreeMap::new(); // operation -> function
-    for file in files {
+    for file in ops_files() {
         let text = read(&file);
-        let rules: Vec<String> = text
-            .find("const RULES")
-            .map(|at| {
-                let list = &text[at..at + text[at..].find("];").expect("RULES ends")];
-                words_after(list, "\"", op_char)
-                    .into_iter()
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (at, name, body) in split_functions(&text) {
+        let rules = sweeper_rules(&text);
+        for (name, operation, f) in file_functions(&text) {
             let entry = functions.entry(name.clone()).or_default();
-            entry.events.extend(
-                words_after(&body, "Event::new(Level::", |c| c != ')')
-                    .into_iter()
-                    .filter_map(|args| {
-                        words_after(args, "\"", event_char)
-                            .first()
-                            .map(|s| s.to_string())
-                    }),
-            );
-            bodies.push((name.clone(), body));
-            if text[..at].ends_with("pub async ") {
+            entry.events.extend(f.events);
+            entry.calls.extend(f.calls);
+            if operation {
                 operations.insert(name.clone(), name.clone());
             } else if let Some(rule) = name
                 .strip_prefix("rule_")
@@ -673,15 +737,6 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
             );
         }
     }
-    let names: BTreeSet<String> = functions.keys().cloned().collect();
-    for (name, body) in bodies {
-        let calls: Vec<String> = names
-            .iter()
-            .filter(|callee| **callee != name && body.contains(&format!("{callee}(")))
-            .cloned()
-            .collect();
-        functions.get_mut(&name).expect("known").calls.extend(calls);
-    }
     operations
         .into_iter()
         .map(|(operation, function)| {
@@ -696,7 +751,12 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
                 events.extend(f.events.iter().cloned());
                 // Another operation called as a helper (e.g. the sweep calling its rules) keeps
                 // its own events.
-                todo.extend(f.calls.iter().filter(|c| !c.starts_with("rule_")).cloned());
+                todo.extend(
+                    f.calls
+                        .iter()
+                        .filter(|c| !c.starts_with("rule_") && functions.contains_key(*c))
+                        .cloned(),
+                );
             }
             (operation, events)
         })
@@ -713,11 +773,8 @@ fn ledger_events() -> BTreeSet<String> {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = read(&path);
-                for args in words_after(&text, "Event::new(Level::", |c| c != ')') {
-                    if let Some(name) = words_after(args, "\"", event_char).first() {
-                        events.insert(name.to_string());
-                    }
+                for (_, _, f) in file_functions(&read(&path)) {
+                    events.extend(f.events);
                 }
             }
         }
@@ -1009,4 +1066,38 @@ fn a_guard_that_is_commented_out_or_never_runs_is_not_the_guard() {
         holds("let _ = check_fence(conn, fence).await; Ok(())", &fence),
         Err("no such statement".to_string())
     );
+}
+
+/// The operation and event scanners read code too: an event or a call in a comment is not one.
+#[test]
+fn the_scanners_read_code_not_comments() {
+    let source = r#"
+        impl Ledger {
+            /// Writes `Event::new(Level::Info, "IN_A_DOC")` … no: it does not.
+            pub async fn op(&self) -> LedgerResult<()> {
+                // Event::new(Level::Info, "IN_A_COMMENT"); helper_in_a_comment(conn);
+                /* Event::new(Level::Info, "IN_A_BLOCK") */
+                transaction!(self, |conn| async {
+                    helper(conn).await?;
+                    insert_event(conn, Event::new(Level::Info, "LIVE")).await
+                })
+            }
+        }
+        async fn helper(conn: &mut PgConnection) {}
+        async fn helper_in_a_comment(conn: &mut PgConnection) {}
+    "#;
+    let functions = file_functions(source);
+    let (_, operation, op) = functions
+        .iter()
+        .find(|(name, _, _)| name == "op")
+        .expect("op");
+    assert!(*operation);
+    assert_eq!(op.events, BTreeSet::from(["LIVE".to_string()]));
+    assert!(op.calls.contains("helper"));
+    assert!(!op.calls.contains("helper_in_a_comment"));
+    let (_, operation, _) = functions
+        .iter()
+        .find(|(name, _, _)| name == "helper")
+        .expect("helper");
+    assert!(!*operation, "a private fn is not an operation");
 }
