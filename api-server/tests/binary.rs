@@ -83,6 +83,25 @@ fn configuration_errors_name_the_key_and_exit_non_zero() {
         let err = String::from_utf8(out.stderr).unwrap();
         assert!(err.contains(key), "{key} not named in: {err}");
     }
+    // From the environment: the variable is named, and the key; no panic.
+    let path = config_file(&dir, "database: {url: 'postgres://x@127.0.0.1/d'}\n");
+    for (var, value, key) in [
+        ("LCA_SERVER__PORT", "http", "server.port"),
+        ("LCA_SERVER__SSL_CLIENT_CERT_REQUIRED", "maybe", "server"),
+        ("LCA_DATABASE__POOL_SIZE", "ten", "database.pool_size"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["--config", path.to_str().unwrap(), "serve"])
+            .env(var, value)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{var}={value}");
+        let err = String::from_utf8(out.stderr).unwrap();
+        assert!(
+            err.contains(var) && err.contains(key) && !err.contains("panicked"),
+            "{var}={value}: {err}"
+        );
+    }
     let out = Command::new(BIN)
         .args(["--config", "/nonexistent/config.yaml", "migrate"])
         .output()

@@ -1,6 +1,8 @@
-//! Configuration (CONTRACT §10): one YAML file, `LCA_<SECTION>__<KEY>` environment overrides parsed
-//! as YAML, `DATABASE_URL` as the last fallback for `database.url`, then command-line flags.
-//! Unknown sections or keys and invalid values refuse to start with a message naming the key.
+//! Configuration (CONTRACT §10): the settings, their defaults and their start-up checks. Loading
+//! (one YAML file, `LCA_<SECTION>__<KEY>` environment overrides, `DATABASE_URL` as the last
+//! fallback for `database.url`) is in `load.rs`; command-line flags come on top, in the
+//! binaries. Unknown sections or keys and invalid values refuse to start with a message naming
+//! the key.
 use serde::Deserialize;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -737,15 +739,6 @@ pub struct Config {
 
 pub const LOG_LEVELS: &[&str] = &["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"];
 
-/// Keys whose environment overrides are strings as written, never parsed as YAML.
-const VERBATIM_KEYS: &[(&str, &str)] = &[
-    ("nifi", "signing_secret"),
-    ("nifi", "receiver_url"),
-    ("database", "url"),
-    ("database", "listen_dsn"),
-    ("database", "migration_url"),
-];
-
 /// Which file to read: `--config`, else `LCA_CONFIG`, else `./config/config.yaml` (§10.1).
 pub fn config_path(flag: Option<&Path>) -> PathBuf {
     flag.map(Path::to_path_buf)
@@ -773,76 +766,22 @@ impl Config {
         })
     }
 
+    /// The file's YAML text under the `LCA_` variables of `env` (see `load.rs`), then
+    /// `DATABASE_URL` for `database.url` when neither sets it.
     pub fn from_sources(yaml: &str, env: &[(String, String)]) -> Result<Config, ConfigError> {
-        let mut tree: Value = if yaml.trim().is_empty() {
-            Value::Object(Default::default())
-        } else {
-            serde_yaml::from_str(yaml).map_err(|source| ConfigError::Yaml {
+        let file = crate::load::file_values(yaml).map_err(|e| match e {
+            Some(source) => ConfigError::Yaml {
                 path: PathBuf::new(),
                 source,
-            })?
-        };
-        if tree.is_null() {
-            tree = Value::Object(Default::default());
-        }
-        if !tree.is_object() {
-            return Err(invalid("$", "the file must hold a mapping of sections"));
-        }
-        let mut database_url_fallback = None;
-        for (var, raw) in env {
-            if var == "DATABASE_URL" {
-                database_url_fallback = Some(raw.clone());
-                continue;
-            }
-            let Some(rest) = var.strip_prefix("LCA_") else {
-                continue;
-            };
-            if rest == "CONFIG" {
-                continue;
-            }
-            let Some((section, key)) = rest.split_once("__") else {
-                return Err(ConfigError::Env {
-                    var: var.clone(),
-                    message: "expected LCA_<SECTION>__<KEY>".into(),
-                });
-            };
-            let section = section.to_lowercase();
-            let key = key.to_lowercase();
-            // Free-form strings (a secret, a URL) are taken as they are: read as YAML, a signing
-            // secret like `123`, `yes` or `a: b` would turn into a number, a bool or a map.
-            let value: Value = if VERBATIM_KEYS.contains(&(section.as_str(), key.as_str())) {
-                Value::String(raw.clone())
-            } else {
-                serde_yaml::from_str(raw).map_err(|e| ConfigError::Env {
-                    var: var.clone(),
-                    message: format!("not a YAML value: {e}"),
-                })?
-            };
-            let obj = tree.as_object_mut().expect("checked above");
-            let entry = obj
-                .entry(section.clone())
-                .or_insert_with(|| Value::Object(Default::default()));
-            if entry.is_null() {
-                *entry = Value::Object(Default::default());
-            }
-            let Some(map) = entry.as_object_mut() else {
-                return Err(invalid(&section, "must be a mapping"));
-            };
-            map.insert(
-                key,
-                if value.is_null() && raw.is_empty() {
-                    Value::String(String::new())
-                } else {
-                    value
-                },
-            );
-        }
-        let mut config: Config = serde_path_to_error::deserialize(&tree).map_err(|e| {
-            let key = e.path().to_string();
-            invalid(&key, e.inner().to_string())
+            },
+            None => invalid("$", "the file must hold a mapping of sections"),
         })?;
+        let mut config: Config = crate::load::extract(file, env)?;
         if config.database.url.is_none() {
-            config.database.url = database_url_fallback;
+            config.database.url = env
+                .iter()
+                .find(|(var, _)| var == "DATABASE_URL")
+                .map(|(_, url)| url.clone());
         }
         Ok(config)
     }

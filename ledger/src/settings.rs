@@ -48,7 +48,8 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         }
         return if any { bounded_secs(total) } else { None };
     }
-    let (num, unit) = s.split_at(s.len().checked_sub(1)?);
+    // The unit is the last character, which may be more than one byte (`5µ`: no unit).
+    let (num, unit) = s.split_at(s.len() - s.chars().next_back()?.len_utf8());
     let mult = match unit {
         "s" => 1.0,
         "m" => 60.0,
@@ -359,9 +360,14 @@ mod tests {
             "PT99999999999999999999S",
             "1e300s",
             "101000000000",
+            // A unit of more than one byte (found by config/tests/environment.rs's property).
+            "𑦪",
+            "5µ",
+            "10秒",
         ] {
             assert_eq!(parse_duration(huge), None, "{huge}");
         }
+        assert_eq!(duration_value(&serde_json::json!("3日")), None);
         assert_eq!(
             parse_duration("P36500D"),
             Some(Duration::from_secs(36500 * 86400))

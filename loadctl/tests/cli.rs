@@ -123,3 +123,32 @@ async fn an_on_call_night_with_loadctl() {
         .unwrap();
     assert_eq!(out.status.code(), Some(5));
 }
+
+/// The API's place and token from the environment over the configuration file (CONTRACT §10.1),
+/// the token one that YAML reads as a number: loadctl sends it as written and is let in.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_numeric_looking_token_from_the_environment_is_sent_as_written() {
+    let api = Api::start().await;
+    let file = std::env::temp_dir().join(format!("loadctl-{}.yaml", Uuid::new_v4().simple()));
+    std::fs::write(
+        &file,
+        "monitor:\n  api_url: http://127.0.0.1:9\n  token: from-the-file\n",
+    )
+    .unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_loadctl"))
+        .args(["--config", file.to_str().unwrap(), "summary"])
+        .env("LCA_MONITOR__API_URL", &api.base)
+        .env("LCA_MONITOR__TOKEN", NUMERIC_OPS)
+        .env_remove("LOADCTL_SERVER")
+        .env_remove("LOADCTL_TOKEN")
+        .env_remove("LOADCTL_OPERATOR_TOKEN")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&file);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(!stdout.trim().is_empty(), "the summary is shown: {stderr}");
+}

@@ -6,8 +6,9 @@
  * docs/model.md explains the abstraction, the bounds and how to run it (scripts/model-check).
  *
  * One `atomic` block = one ledger transaction, except a chunk report that passes the gate: its
- * run-row increment and completion are a second step, between which sibling reports may run, as
- * they may in PostgreSQL (§5.3 rule 3). The ledger's locking (§3.10, §5.3) makes committed
+ * completion decision (pin a sibling, or lock the run row and recount) is a second step, between
+ * which sibling reports may run, as they may in PostgreSQL (§5.3 rule 3; spec/model/completion.pml
+ * checks that decision statement by statement). The ledger's locking (§3.10, §5.3) makes committed
  * transactions serializable in effect (§5.3 rule 4); whether the SQL really achieves that is proven
  * by the concurrency tests against PostgreSQL, not here. The model checks the protocol above it:
  * that the compare-and-set guards give the §11 guarantees under every interleaving.
@@ -121,7 +122,9 @@
 /* ---------------------------------------------------------------- the ledger */
 byte rstat;                 /* load_run.status */
 byte run2;                  /* a second run of the same (jobKey, businessKey): R_NONE or CREATED */
-byte success_count;         /* load_run.success_partition_count */
+byte success_count;         /* load_run.success_partition_count as stored: by the manifest, the
+                               completion and every transition out of EXTRACTING (a recount);
+                               while EXTRACTING it is read as the count of SUCCESS partitions */
 byte extracted;             /* load_run.extracted_count (rows in units: 1 per non-empty partition) */
 byte source;                /* load_run.source_count */
 byte part[P];               /* load_partition.status */
@@ -149,8 +152,8 @@ bit rep_row[D];             /* replica r has leased VALIDATE_RUN and not yet rec
 byte rep_send[D];           /* SEND_*: what replica r's send of that row got back */
 byte resends;               /* operator resends so far */
 byte inflight;              /* chunk reports between their partition's success and their commit */
-bit inc[P];                 /* report of p: partition SUCCESS written, run increment not yet */
-byte rd[P];                 /* success_partition_count as that report read it (FOR KEY SHARE) */
+bit inc[P];                 /* report of p: partition SUCCESS written, not yet committed */
+bit naive[P];               /* MUTANT_NO_PIN: a sibling looked unfinished when p's gate passed */
 byte claimant_seen[PUB_TOKENS + 1]; /* OW_*: what claimant k's INSERT OVERWRITE told it */
 
 /* ---------------------------------------------------------------- ghosts (for the properties) */
@@ -184,9 +187,26 @@ hidden byte h_i, h_n, h_rows;
 #define MUTANT_KEEP_PARTITIONS
 #endif
 
+/* The committed SUCCESS partitions: a sibling report's success is not visible before it commits. */
+inline count_successes() {
+    h_n = 0;
+    h_rows = 0;
+    for (h_i : 0 .. P - 1) {
+        if
+        :: part[h_i] == PT_SUCCESS && !inc[h_i] -> h_n++; h_rows = h_rows + 1 - pzero[h_i]
+        :: else
+        fi
+    }
+}
+
 /* §2.2: entering a terminal status other than SUCCESS and TIMED_OUT aborts unfinished partitions;
    entering any terminal status settles PENDING and SENT dispatches as DEAD. */
 inline end_run(to) {
+    count_successes();
+    if
+    :: rstat == EXTRACTING -> success_count = h_n                     /* leaving EXTRACTING: the recount */
+    :: else
+    fi;
     rstat = to;
     if
     :: to != TIMED_OUT && to != SUCCESS MUTANT_KEEP_PARTITIONS ->
@@ -217,19 +237,7 @@ inline time_out_run() {
     end_run(TIMED_OUT)
 }
 
-/* The committed SUCCESS partitions: a sibling report's success is not visible before it commits. */
-inline count_successes() {
-    h_n = 0;
-    h_rows = 0;
-    for (h_i : 0 .. P - 1) {
-        if
-        :: part[h_i] == PT_SUCCESS && !inc[h_i] -> h_n++; h_rows = h_rows + 1 - pzero[h_i]
-        :: else
-        fi
-    }
-}
-
-/* §5.4: the conditional increment made the count reach expected: one recount CAS. */
+/* §5.4: a success that pinned no sibling locked the run row: the recount CAS. */
 inline completion_cas() {
     count_successes();
     if
@@ -342,9 +350,9 @@ inline check() {
     assert(!g_false_outcome);                                                   /* @property 10-true-outcome */
     /* 12: one resolution */
     assert(g_resolutions <= 1);                                                 /* @property 12 */
-    /* 16: counters agree with the committed partition rows; extracted_count is 0 until the
-       completion, then source_count */
-    assert(rstat == CREATED || rstat == FAILED_MANIFEST || success_count == h_n); /* @property 16 */
+    /* 16: counters agree with the committed partition rows (the count as read: computed while
+       EXTRACTING, stored afterwards); extracted_count is 0 until the completion, then source_count */
+    assert(rstat == CREATED || rstat == FAILED_MANIFEST || rstat == EXTRACTING || success_count == h_n); /* @property 16 */
     assert((g_completions == 0 && extracted == 0)
            || (g_completions == 1 && extracted == source && h_rows == source));  /* @property 16-extracted */
     for (h_i : 0 .. P - 1) {
@@ -421,6 +429,34 @@ inline claim_again(p, t) {
 #define OWNS(p, t) (ptoken[p] == t)
 #endif
 
+/* A success pins an unfinished sibling that no other transaction holds (FOR KEY SHARE SKIP
+   LOCKED): a sibling whose success is in flight holds its row FOR UPDATE and is skipped. The
+   naive check (MUTANT_NO_PIN) reads the siblings' committed statuses instead, at its gate, where a
+   sibling whose success is in flight still looks unfinished, and leaves when it sees one. */
+#ifdef MUTANT_NO_PIN
+#define SIBLING(p, q) (q != p && (UNFINISHED(part[q]) || inc[q]))
+#else
+#define SIBLING(p, q) (q != p && UNFINISHED(part[q]))
+#endif
+#if P > 1
+#define SIBLING_1(p) || SIBLING(p, 1)
+#else
+#define SIBLING_1(p)
+#endif
+#if P > 2
+#define SIBLING_2(p) || SIBLING(p, 2)
+#else
+#define SIBLING_2(p)
+#endif
+#define PINS(p) (SIBLING(p, 0) SIBLING_1(p) SIBLING_2(p))
+#ifdef MUTANT_NO_PIN
+#define READ_SIBLINGS(p) naive[p] = PINS(p)
+#define NOT_LAST(p) naive[p]
+#else
+#define READ_SIBLINGS(p) skip
+#define NOT_LAST(p) PINS(p)
+#endif
+
 /* §4.7 a report of chunk i (of C) from token t: the chunk row takes t's content (UPSERT; a FAILED
    row flips back to WRITTEN). When the partition's WRITTEN chunks are complete the gate judges
    them: success is a CAS that also requires the reporter's claim token; a mismatch ends the run.
@@ -445,7 +481,7 @@ inline report_chunk(p, t, i) {
         :: h_n == C && ptoken[p] == t && rstat == EXTRACTING ->
             if
             :: part[p] = PT_SUCCESS; g_succeeded[p] = 1;       /* the gate passes */
-               inc[p] = 1; rd[p] = success_count; inflight++
+               inc[p] = 1; inflight++; READ_SIBLINGS(p)
             :: inflight == 0 ->                                /* mismatch: the re-run under FOR */
                part[p] = PT_FAILED; g_ended_extract = 1;       /* UPDATE waits for the siblings */
                end_run(FAILED_EXTRACT)
@@ -456,25 +492,17 @@ inline report_chunk(p, t, i) {
     }
 }
 
-/* The completion is decided by the conditional increment's own result (UPDATE … WHERE status =
-   'EXTRACTING' RETURNING success_partition_count), not by the count read before it. */
-#ifdef MUTANT_NO_COMPLETION_RECOUNT
-#define COMPLETES(p) (rd[p] + 1 == P)
-#else
-#define COMPLETES(p) (success_count == P)
-#endif
-
-/* §5.3 rule 3, §5.4: the report's `success_partition_count + 1` and, when that reaches the
-   expected count, the completion CAS; then the commit. */
+/* §5.3 rule 3, §5.4: the success pins an unfinished sibling and commits without the run row (that
+   sibling's success, later, will see this one); or, finding none, it locks the run row, recounts
+   (a statement whose snapshot follows that wait) and runs the completion CAS; then the commit. */
 inline report_commit(p) {
     atomic {
         /* @op report_chunk @event EXTRACT_VALIDATED */
         inc[p] ->
-        success_count++;                                    /* WHERE status = 'EXTRACTING' */
         inc[p] = 0; inflight--;
         if
-        :: COMPLETES(p) -> completion_cas()
-        :: else
+        :: NOT_LAST(p) -> skip
+        :: else -> completion_cas()
         fi;
         check()
     }

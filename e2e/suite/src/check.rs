@@ -153,7 +153,7 @@ pub async fn check(conn: &mut PgConnection, scope: &Scope) -> sqlx::Result<Repor
             "counts_match_partitions",
             format!(
                 "SELECT r.run_id, concat_ws('; ', \
-                    CASE WHEN r.success_partition_count <> p.success THEN 'success_partition_count ' || r.success_partition_count || ' <> ' || p.success || ' SUCCESS rows' END, \
+                    CASE WHEN r.status <> 'EXTRACTING' AND r.success_partition_count <> p.success THEN 'success_partition_count ' || r.success_partition_count || ' <> ' || p.success || ' SUCCESS rows' END, \
                     CASE WHEN r.failed_partition_count <> p.failed THEN 'failed_partition_count ' || r.failed_partition_count || ' <> ' || p.failed || ' FAILED rows' END, \
                     CASE WHEN p.total > 0 AND r.expected_partition_count IS DISTINCT FROM p.total THEN 'expected_partition_count ' || coalesce(r.expected_partition_count::text, 'null') || ' <> ' || p.total || ' rows' END, \
                     CASE WHEN r.extract_completed_at IS NOT NULL AND r.extracted_count <> p.rows THEN 'extracted_count ' || r.extracted_count || ' <> ' || p.rows || ' partition rows' END, \
@@ -162,7 +162,7 @@ pub async fn check(conn: &mut PgConnection, scope: &Scope) -> sqlx::Result<Repor
                CROSS JOIN LATERAL (SELECT count(*) FILTER (WHERE status = 'SUCCESS') AS success, count(*) FILTER (WHERE status = 'FAILED') AS failed, \
                                           count(*) AS total, coalesce(sum(actual_row_count) FILTER (WHERE status = 'SUCCESS'), 0) AS rows \
                                      FROM nifi_ops.load_partition WHERE run_id = r.run_id) p \
-              WHERE $2::float8 IS NOT NULL AND (r.success_partition_count <> p.success OR r.failed_partition_count <> p.failed \
+              WHERE $2::float8 IS NOT NULL AND ((r.status <> 'EXTRACTING' AND r.success_partition_count <> p.success) OR r.failed_partition_count <> p.failed \
                  OR (p.total > 0 AND r.expected_partition_count IS DISTINCT FROM p.total) \
                  OR (r.extract_completed_at IS NOT NULL AND r.extracted_count <> p.rows) \
                  OR (r.extract_completed_at IS NULL AND r.extracted_count <> 0))"

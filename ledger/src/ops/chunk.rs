@@ -153,8 +153,8 @@ impl Ledger {
         // minutes; each write is a row version, HOT since no index holds the column), and not by
         // a chunk that completes the set: that one decides the partition, whose SUCCESS or
         // FAILED update writes the heartbeat itself (or, when the run or the partition no longer
-        // takes chunks, the heartbeat is not read again). Likewise the run's row is then taken
-        // last, by the success update (which refreshes the run's heartbeat itself), not here.
+        // takes chunks, the heartbeat is not read again). Likewise the run's heartbeat is then
+        // refreshed by the success's pin statement, not here.
         let a: ChunkRow = sqlx::query_as(concat!(
             "WITH prior AS ( \
                 SELECT fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status FROM nifi_ops.load_file \
@@ -288,27 +288,54 @@ impl Ledger {
             .details(json!({"files": agg.files, "bytes": bytes}))
             .insert(conn)
             .await?;
-        // Serializes sibling deciders on the run row without upgrading our KEY SHARE lock (§5.3
-        // rule 3). It comes last, with the run's heartbeat folded in, because sibling successes
-        // wait for its row lock until this transaction commits: nothing else runs while it is held.
-        // The heartbeat only when older than a second (§2.7): the update then changes no indexed
-        // column and can be HOT.
-        let counts: Option<(i32, Option<i32>)> = sqlx::query_as(
-            "UPDATE nifi_ops.load_run SET success_partition_count = success_partition_count + 1, \
-                    heartbeat_at = CASE WHEN heartbeat_at < clock_timestamp() - interval '1 second' \
-                                        THEN clock_timestamp() ELSE heartbeat_at END \
-              WHERE run_id = $1 AND status = 'EXTRACTING' RETURNING success_partition_count, expected_partition_count",
+        out.partition_status = PartitionStatus::Success;
+        out.result = ChunkResult::PartitionSuccess;
+        // Completion without a queue on the run row (issue 30 item 3; spec/model/completion.pml
+        // checks it statement by statement). The success pins one unfinished sibling partition,
+        // the first after its own (then before it), that no other transaction holds: `FOR KEY
+        // SHARE SKIP LOCKED` skips a row a report or claim holds FOR UPDATE, and re-checks a row
+        // updated since the statement's snapshot on its newest version. The pinned sibling cannot
+        // be decided before this transaction commits (its report takes it FOR UPDATE and waits),
+        // so its success will see this one: this one is not the last, and leaves without touching
+        // the run row. Siblings' successes therefore do not queue on it. The run's heartbeat is
+        // refreshed here in §5.3 rule 5's form (the chunk statement left it to the decision).
+        let pinned: bool = sqlx::query_scalar(concat!(
+            "WITH after AS ( \
+                SELECT 1 FROM nifi_ops.load_partition \
+                 WHERE run_id = $1 AND partition_id > $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED), \
+             before AS ( \
+                SELECT 1 FROM nifi_ops.load_partition \
+                 WHERE run_id = $1 AND partition_id < $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                   AND NOT EXISTS (SELECT 1 FROM after) \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED), ",
+            run_heartbeat_cte!(),
+            " SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before)"
+        ))
+        .bind(run.run_id)
+        .bind(pid)
+        .fetch_one(&mut *conn)
+        .await?;
+        if pinned {
+            return Ok(());
+        }
+        // None pinned: this success may be the last. It takes the run row's write lock, which
+        // serializes the successes that may be last (and only those) without upgrading our KEY
+        // SHARE lock (§5.3 rule 3). The recount runs in a statement of its own, whose snapshot is
+        // taken after this one's wait: it sees every success committed before (two last successes
+        // each skip the other's partition, held FOR UPDATE, and the second to get the run row
+        // sees the first).
+        let status: Option<String> = sqlx::query_scalar(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1 AND status = 'EXTRACTING' FOR NO KEY UPDATE",
         )
         .bind(run.run_id)
         .fetch_optional(&mut *conn)
         .await?;
-        let Some((done, expected)) = counts else {
+        if status.is_none() {
             // The run left EXTRACTING although we hold it FOR KEY SHARE: decide under FOR UPDATE.
             return Err(LedgerError::Escalate);
-        };
-        out.partition_status = PartitionStatus::Success;
-        out.result = ChunkResult::PartitionSuccess;
-        if Some(done) == expected && complete_extraction(conn, run).await? {
+        }
+        if complete_extraction(conn, run).await? {
             out.run_status = RunStatus::ExtractedValidated;
             out.validation_scheduled = true;
             out.result = ChunkResult::RunComplete;

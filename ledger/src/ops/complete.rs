@@ -7,7 +7,9 @@ use sqlx::PgConnection;
 use uuid::Uuid;
 
 /// Must run while this transaction holds the run row's write lock (the manifest's FOR UPDATE, or
-/// the chunk report's `success_partition_count + 1`), so the recount sees every committed success.
+/// a possibly-last success's `FOR NO KEY UPDATE`), in a statement after the one that waited for it,
+/// so the recount sees every committed success. Release 0.1.0's copy of this CAS runs after its
+/// `success_partition_count + 1`, whose value the trigger of migration 20261203000010 recounts.
 pub(crate) async fn complete_extraction(
     conn: &mut PgConnection,
     run: &RunRow,

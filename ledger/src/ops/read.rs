@@ -108,20 +108,41 @@ pub struct RunDetail {
     pub dispatches: Vec<DispatchView>,
 }
 
+/// `success_partition_count` as it is read (issue 30 item 3): partition successes no longer write
+/// it, so while the run is EXTRACTING it is the count of its SUCCESS partitions (one primary-key
+/// range of the run, read from the statement's snapshot); the completion CAS and every transition
+/// out of EXTRACTING store it from a recount, and no partition becomes SUCCESS afterwards.
+macro_rules! success_count_read {
+    () => {
+        "CASE WHEN load_run.status = 'EXTRACTING' \
+              THEN (SELECT count(*) FROM nifi_ops.load_partition p \
+                     WHERE p.run_id = load_run.run_id AND p.status = 'SUCCESS')::int \
+              ELSE load_run.success_partition_count END AS success_partition_count"
+    };
+}
+
 /// `GET /v1/runs?jobKey=…` (§4.4): `$1` job, `$2` business key, `$3` status, `$4` limit; served by
 /// `ix_load_run_job_started`.
-pub const LIST_RUNS_OF_JOB: &str = "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
-        expected_partition_count, success_partition_count, failed_partition_count, started_at, heartbeat_at, \
+pub const LIST_RUNS_OF_JOB: &str = concat!(
+    "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
+        expected_partition_count, ",
+    success_count_read!(),
+    ", failed_partition_count, started_at, heartbeat_at, \
         completed_at, error_code FROM nifi_ops.load_run \
   WHERE job_key = $1 AND ($2::text IS NULL OR business_key = $2) AND ($3::text IS NULL OR status = $3) \
-  ORDER BY started_at DESC, run_id LIMIT $4";
+  ORDER BY started_at DESC, run_id LIMIT $4"
+);
 /// `GET /v1/runs` without a jobKey: `$1` business key, `$2` status, `$3` limit; served by
 /// `ix_load_run_started`.
-pub const LIST_RUNS: &str = "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
-        expected_partition_count, success_partition_count, failed_partition_count, started_at, heartbeat_at, \
+pub const LIST_RUNS: &str = concat!(
+    "SELECT run_id, job_key, business_key, status, source_count, extracted_count, staging_count, target_count, \
+        expected_partition_count, ",
+    success_count_read!(),
+    ", failed_partition_count, started_at, heartbeat_at, \
         completed_at, error_code FROM nifi_ops.load_run \
   WHERE ($1::text IS NULL OR business_key = $1) AND ($2::text IS NULL OR status = $2) \
-  ORDER BY started_at DESC, run_id LIMIT $3";
+  ORDER BY started_at DESC, run_id LIMIT $3"
+);
 
 impl Ledger {
     pub async fn list_runs(&self, f: &RunFilter) -> LedgerResult<Vec<RunSummary>> {
@@ -145,13 +166,15 @@ impl Ledger {
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
             .await?;
-        let mut detail: RunDetail = sqlx::query_as(
+        let mut detail: RunDetail = sqlx::query_as(concat!(
             "SELECT run_id, job_key, business_key, status, snapshot_scn::text AS snapshot_scn, source_count, \
-                    expected_partition_count, success_partition_count, failed_partition_count, extracted_count, \
+                    expected_partition_count, ",
+            success_count_read!(),
+            ", failed_partition_count, extracted_count, \
                     staging_count, target_count, hdfs_run_path, stage_table_name, started_at, heartbeat_at, \
                     extract_completed_at, completed_at, error_stage, error_code, error_message \
-               FROM nifi_ops.load_run WHERE run_id = $1",
-        )
+               FROM nifi_ops.load_run WHERE run_id = $1"
+        ))
         .bind(run_id)
         .fetch_optional(&mut *tx)
         .await?

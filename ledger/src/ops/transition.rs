@@ -20,7 +20,9 @@ pub(crate) enum ErrorFields<'a> {
 }
 
 /// CAS `from` → `to`; `None` when the CAS lost, else the number of partitions closed as ABORTED.
-/// The caller writes the event.
+/// The caller writes the event. Leaving EXTRACTING stores `success_partition_count` from a recount
+/// (partition successes do not write it, issue 30 item 3; no partition becomes SUCCESS afterwards,
+/// and every caller holds the run FOR UPDATE, so no success is in flight).
 pub(crate) async fn transition(
     conn: &mut PgConnection,
     run_id: Uuid,
@@ -48,7 +50,9 @@ pub(crate) async fn transition(
             error_code = CASE $4 WHEN 'keep' THEN error_code WHEN 'clear' THEN NULL ELSE $6 END, \
             error_message = CASE $4 WHEN 'keep' THEN error_message WHEN 'clear' THEN NULL ELSE $7 END, \
             completed_at = CASE WHEN $8 THEN clock_timestamp() ELSE completed_at END, \
-            heartbeat_at = clock_timestamp(), version_no = version_no + 1 \
+            heartbeat_at = clock_timestamp(), version_no = version_no + 1, \
+            success_partition_count = CASE WHEN $2 = 'EXTRACTING' THEN (SELECT count(*) FROM nifi_ops.load_partition p \
+                WHERE p.run_id = $1 AND p.status = 'SUCCESS') ELSE success_partition_count END \
           WHERE run_id = $1 AND status = $2",
     )
     .bind(run_id)

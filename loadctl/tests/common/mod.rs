@@ -8,6 +8,9 @@ use uuid::Uuid;
 
 pub const NIFI: &str = "cli-nifi-token";
 pub const OPS: &str = "cli-operator-token";
+/// An operator token that YAML would read as a number (one from `LCA_MONITOR__TOKEN` is taken as
+/// written).
+pub const NUMERIC_OPS: &str = "20261203123456";
 
 pub struct Api {
     pub base: String,
@@ -32,6 +35,11 @@ impl Api {
                 name: "oncall".into(),
                 role: "operator".into(),
                 sha256: sha256_hex(OPS),
+            },
+            TokenEntry {
+                name: "oncall-numeric".into(),
+                role: "operator".into(),
+                sha256: sha256_hex(NUMERIC_OPS),
             },
         ];
         let ledger = load_control_api::server::connect_ledger(&config)
