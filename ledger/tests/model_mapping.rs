@@ -4,8 +4,10 @@
 //! an operation writes an event its model transitions do not. scripts/model-check runs spin on the
 //! model; docs/model.md explains both.
 use ledger::{DispatchStatus, PartitionStatus, RunStatus};
+use quote::ToTokens;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use syn::visit::{self, Visit};
 
 /// Ledger operations with no transition of the protocol, and why the model does without them.
 const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
@@ -79,14 +81,30 @@ const EVENTS_OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
 ];
 
 /// A guard of the protocol: the model's mutant that removes it, the property that spin must see
-/// fire without it (scripts/model-check), and the ledger code that implements it, as fragments of
-/// the named functions of `ledger/src/ops` (whitespace-insensitive). Changing one of these
-/// conditions in the ledger fails `every_model_guard_is_the_ledger_code_that_implements_it`
-/// until the model, its mutant and this table say the same again.
+/// fire without it (scripts/model-check), and the ledger code that implements it, in named
+/// functions of `ledger/src/ops`. The code is read as Rust with `syn`, not as text: comments do
+/// not count, and the code must be reachable in the function (not after an unconditional `return`
+/// of the same block, not under `if false` or a `#[cfg]`). Changing one of these conditions in the
+/// ledger fails `every_model_guard_is_the_ledger_code_that_implements_it` until the model, its
+/// mutant and this table say the same again.
 struct Guard {
     mutant: &'static str,
     property: &'static str,
-    code: &'static [(&'static str, &'static str)],
+    code: &'static [Code],
+}
+
+/// A piece of ledger code, in the function named first.
+#[derive(Clone, Copy, Debug)]
+enum Code {
+    /// A statement, compared token by token (layout and comments do not matter).
+    Stmt(&'static str, &'static str),
+    /// The condition of an `if`, compared token by token.
+    Cond(&'static str, &'static str),
+    /// A string literal (the SQL) that contains this text, whitespace-insensitive.
+    Sql(&'static str, &'static str),
+    /// A migration of `migrations/` (named first) that contains this text, whitespace-insensitive,
+    /// its `--` comments removed.
+    Migration(&'static str, &'static str),
 }
 
 const GUARDS: &[Guard] = &[
@@ -94,15 +112,11 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_TOKEN_CHECK",
         property: "4",
         code: &[
-            (
+            Code::Stmt(
                 "report_chunk_once",
-                "if part.claim_token != Some(r.claim_token) {",
+                "if part.claim_token != Some(r.claim_token) { return Err(LedgerError::ClaimMismatch); }",
             ),
-            (
-                "report_chunk_once",
-                "return Err(LedgerError::ClaimMismatch)",
-            ),
-            (
+            Code::Sql(
                 "partition_succeeded",
                 "WHERE run_id = $1 AND partition_id = $2 AND status = 'RUNNING' AND claim_token = $3",
             ),
@@ -111,7 +125,7 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_INVALIDATE",
         property: "4",
-        code: &[(
+        code: &[Code::Sql(
             "rule_stale_partitions",
             "UPDATE nifi_ops.load_file SET status = 'FAILED', updated_at = clock_timestamp() \
              WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN'",
@@ -121,19 +135,19 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_PIN",
         property: "6-at-least-one",
         code: &[
-            (
+            Code::Sql(
                 "partition_succeeded",
                 "WHERE run_id = $1 AND partition_id > $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
                  ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
-            (
+            Code::Sql(
                 "partition_succeeded",
                 "WHERE run_id = $1 AND partition_id < $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
                  AND NOT EXISTS (SELECT 1 FROM after) \
                  ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
-            ("partition_succeeded", "if pinned { return Ok(()); }"),
-            (
+            Code::Stmt("partition_succeeded", "if pinned { return Ok(()); }"),
+            Code::Sql(
                 "complete_extraction",
                 "WHERE r.run_id = $1 AND r.status = 'EXTRACTING' \
                  AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count",
@@ -146,11 +160,11 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_PIN_WITHOUT_LOCK",
         property: "completion-at-least-once",
         code: &[
-            (
+            Code::Sql(
                 "partition_succeeded",
                 "ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
-            ("lock_partition", "FOR UPDATE"),
+            Code::Sql("lock_partition", "FOR UPDATE"),
         ],
     },
     // ... and the recount in a statement of its own, after the wait for the run row.
@@ -158,13 +172,13 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_STALE_RECOUNT",
         property: "completion-at-least-once",
         code: &[
-            (
+            Code::Sql(
                 "partition_succeeded",
                 "SELECT status FROM nifi_ops.load_run WHERE run_id = $1 AND status = 'EXTRACTING' FOR NO KEY UPDATE",
             ),
-            (
+            Code::Cond(
                 "partition_succeeded",
-                "if complete_extraction(conn, run).await? {",
+                "complete_extraction(conn, run).await?",
             ),
         ],
     },
@@ -174,8 +188,8 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_TRIGGER",
         property: "completion-at-least-once",
-        code: &[(
-            "migrations/20261203000010_success_count_recount.sql",
+        code: &[Code::Migration(
+            "20261203000010_success_count_recount.sql",
             "BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run \
              FOR EACH ROW \
              WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count \
@@ -187,8 +201,8 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_TRIGGER_STABLE",
         property: "completion-at-least-once",
-        code: &[(
-            "migrations/20261203000010_success_count_recount.sql",
+        code: &[Code::Migration(
+            "20261203000010_success_count_recount.sql",
             "LANGUAGE plpgsql VOLATILE AS $$ \
              BEGIN \
                  NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p \
@@ -197,41 +211,43 @@ const GUARDS: &[Guard] = &[
     },
     Guard {
         mutant: "MUTANT_NO_START_CAS",
-        property: "9",
+        property: "9-stage",
         code: &[
-            (
+            Code::Stmt(
                 "start_validation",
                 "if status != RunStatus::ExtractedValidated { return Ok(refused_start(status)); }",
             ),
-            ("transition", "WHERE run_id = $1 AND status = $2"),
+            Code::Sql("transition", "WHERE run_id = $1 AND status = $2"),
         ],
     },
     Guard {
         mutant: "MUTANT_NO_PUBLISH_CAS",
         property: "10-one-overwrite",
         code: &[
-            (
+            Code::Stmt(
                 "claim_publish",
-                "claimed: run.publish_token == Some(token),",
+                "if status == RunStatus::Publishing { return Ok(PublishClaim { \
+                 claimed: run.publish_token == Some(token), run_status: status, }); }",
             ),
-            (
+            Code::Stmt(
                 "claim_publish",
-                "if status != RunStatus::StagingValidated { return Ok(PublishClaim { claimed: false,",
+                "if status != RunStatus::StagingValidated { return Ok(PublishClaim { \
+                 claimed: false, run_status: status, }); }",
             ),
         ],
     },
     Guard {
         mutant: "MUTANT_NO_PUBLISH_TOKEN_CHECK",
         property: "10-true-outcome",
-        code: &[(
+        code: &[Code::Stmt(
             "publish_result",
             "if run.publish_token != Some(token) { return Err(LedgerError::PublishTokenMismatch); }",
         )],
     },
     Guard {
         mutant: "MUTANT_NO_ABORT",
-        property: "14",
-        code: &[(
+        property: "13-partitions",
+        code: &[Code::Sql(
             "transition",
             "UPDATE nifi_ops.load_partition SET status = 'ABORTED', completed_at = clock_timestamp(), \
              heartbeat_at = clock_timestamp(), error_code = $2, error_message = 'run ended: ' || $2 \
@@ -242,12 +258,12 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_CONDITIONAL_OUTCOME",
         property: "14-dispatches",
         code: &[
-            (
+            Code::Sql(
                 "record_dispatch_outcome",
                 "SET status = 'SENT', sent_at = clock_timestamp(), leased_epoch = NULL, last_http_status = $2, last_error = NULL \
                  WHERE dispatch_id = $1 AND status = 'PENDING'",
             ),
-            (
+            Code::Sql(
                 "record_dispatch_outcome",
                 "SET status = 'DEAD', leased_epoch = NULL, last_http_status = $2, last_error = $3 \
                  WHERE dispatch_id = $1 AND status = 'PENDING'",
@@ -258,21 +274,22 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_LEASE_FENCE",
         property: "19",
         code: &[
-            ("lease_dispatches", "check_fence(conn, fence).await?;"),
-            (
+            Code::Stmt("lease_dispatches", "check_fence(conn, fence).await?;"),
+            Code::Sql(
                 "check_fence",
                 "SELECT epoch FROM nifi_ops.leader_epoch WHERE name = $1 FOR SHARE",
             ),
-            (
+            Code::Stmt(
                 "check_fence",
-                "Some((epoch,)) if epoch == fence.epoch => Ok(()),",
+                "match current { Some((epoch,)) if epoch == fence.epoch => Ok(()), \
+                 other => Err(LedgerError::Fenced { ours: fence.epoch, current: other.map(|c| c.0), }), }",
             ),
         ],
     },
     Guard {
         mutant: "MUTANT_NO_OUTCOME_FENCE",
         property: "19",
-        code: &[(
+        code: &[Code::Stmt(
             "record_dispatch_outcome",
             "check_fence(conn, fence).await?;",
         )],
@@ -280,9 +297,274 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_SWEEP_FENCE",
         property: "19",
-        code: &[("sweep", "check_fence(conn, fence).await?;")],
+        code: &[Code::Stmt("sweep", "check_fence(conn, fence).await?;")],
     },
 ];
+
+/// What a function's body holds, read by `syn`: its statements, the conditions of its `if`s and
+/// its string literals, each with whether it is reachable. Comments are not tokens, so they are not
+/// there at all. The bodies of macros that parse as expressions (`transaction!(self, |conn| async
+/// { … })`, `format!`) are read too.
+#[derive(Default, Debug)]
+struct Body {
+    stmts: Vec<(String, bool)>,
+    conds: Vec<(String, bool)>,
+    strings: Vec<(String, bool)>,
+}
+
+impl Body {
+    fn holds(&self, code: &Code) -> Result<(), String> {
+        let (kind, found): (&str, Vec<bool>) = match code {
+            Code::Stmt(_, s) => {
+                let want = stmt_tokens(s);
+                (
+                    "statement",
+                    self.stmts
+                        .iter()
+                        .filter(|(t, _)| *t == want)
+                        .map(|(_, r)| *r)
+                        .collect(),
+                )
+            }
+            Code::Cond(_, c) => {
+                let want = canonical(
+                    &syn::parse_str::<syn::Expr>(c)
+                        .unwrap_or_else(|e| panic!("GUARDS: `{c}` is not an expression: {e}")),
+                );
+                (
+                    "condition",
+                    self.conds
+                        .iter()
+                        .filter(|(t, _)| *t == want)
+                        .map(|(_, r)| *r)
+                        .collect(),
+                )
+            }
+            Code::Migration(..) => return Err("a migration is not Rust".to_string()),
+            Code::Sql(_, q) => {
+                let want = normalized(q);
+                (
+                    "string",
+                    self.strings
+                        .iter()
+                        .filter(|(t, _)| t.contains(&want))
+                        .map(|(_, r)| *r)
+                        .collect(),
+                )
+            }
+        };
+        if found.iter().any(|r| *r) {
+            Ok(())
+        } else if found.is_empty() {
+            Err(format!("no such {kind}"))
+        } else {
+            Err(format!(
+                "the {kind} is there but never runs (after an unconditional exit, under `if false` \
+                 or a #[cfg])"
+            ))
+        }
+    }
+}
+
+/// A statement's tokens as text: one canonical spelling, whatever the layout and the comments.
+fn stmt_tokens(code: &str) -> String {
+    let stmts = syn::parse::Parser::parse_str(syn::Block::parse_within, code)
+        .unwrap_or_else(|e| panic!("GUARDS: `{code}` is not Rust statements: {e}"));
+    assert_eq!(stmts.len(), 1, "GUARDS: `{code}` is not one statement");
+    canonical(&stmts[0])
+}
+
+/// Tokens as text, without the trailing commas that rustfmt adds when a list wraps.
+fn canonical(tokens: &impl ToTokens) -> String {
+    let trailing = regex::Regex::new(r"\s*,\s*([)\]}])").expect("regex");
+    trailing
+        .replace_all(&tokens.to_token_stream().to_string(), "$1")
+        .into_owned()
+}
+
+/// Whether a statement always leaves its block: `return`, `break`, `continue`, a panic, or a
+/// block or an `if`/`else` all of whose ways do. (`?` may or may not return: it does not count.)
+fn diverges(stmt: &syn::Stmt) -> bool {
+    match stmt {
+        syn::Stmt::Expr(e, _) => expr_diverges(e),
+        syn::Stmt::Macro(m) => panics(&m.mac),
+        _ => false,
+    }
+}
+
+fn expr_diverges(e: &syn::Expr) -> bool {
+    match e {
+        syn::Expr::Return(_) | syn::Expr::Break(_) | syn::Expr::Continue(_) => true,
+        syn::Expr::Macro(m) => panics(&m.mac),
+        syn::Expr::Paren(p) => expr_diverges(&p.expr),
+        syn::Expr::Block(b) => b.label.is_none() && b.block.stmts.iter().any(diverges),
+        syn::Expr::If(i) => {
+            i.then_branch.stmts.iter().any(diverges)
+                && i.else_branch
+                    .as_ref()
+                    .is_some_and(|(_, e)| expr_diverges(e))
+        }
+        _ => false,
+    }
+}
+
+fn panics(mac: &syn::Macro) -> bool {
+    mac.path.segments.last().is_some_and(|s| {
+        ["panic", "unreachable", "todo", "unimplemented"].contains(&s.ident.to_string().as_str())
+    })
+}
+
+fn constant(e: &syn::Expr) -> Option<bool> {
+    match e {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Bool(b),
+            ..
+        }) => Some(b.value),
+        syn::Expr::Paren(p) => constant(&p.expr),
+        _ => None,
+    }
+}
+
+/// Walks a function's body, knowing at each point whether the code there can run.
+struct Reader {
+    reachable: bool,
+    body: Body,
+}
+
+impl Reader {
+    fn under(&mut self, reachable: bool, f: impl FnOnce(&mut Self)) {
+        let saved = self.reachable;
+        self.reachable = saved && reachable;
+        f(self);
+        self.reachable = saved;
+    }
+}
+
+impl<'ast> Visit<'ast> for Reader {
+    fn visit_block(&mut self, block: &'ast syn::Block) {
+        let saved = self.reachable;
+        for stmt in &block.stmts {
+            self.visit_stmt(stmt);
+            if diverges(stmt) {
+                self.reachable = false;
+            }
+        }
+        self.reachable = saved;
+    }
+
+    fn visit_stmt(&mut self, stmt: &'ast syn::Stmt) {
+        let attrs: &[syn::Attribute] = match stmt {
+            syn::Stmt::Local(l) => &l.attrs,
+            syn::Stmt::Macro(m) => &m.attrs,
+            syn::Stmt::Item(_) => &[],
+            syn::Stmt::Expr(e, _) => match e {
+                syn::Expr::Call(c) => &c.attrs,
+                syn::Expr::MethodCall(c) => &c.attrs,
+                syn::Expr::Await(a) => &a.attrs,
+                syn::Expr::Try(t) => &t.attrs,
+                syn::Expr::If(i) => &i.attrs,
+                syn::Expr::Block(b) => &b.attrs,
+                _ => &[],
+            },
+        };
+        let configured = attrs.iter().any(|a| a.path().is_ident("cfg"));
+        self.under(!configured, |r| {
+            r.body.stmts.push((canonical(stmt), r.reachable));
+            visit::visit_stmt(r, stmt);
+        });
+    }
+
+    fn visit_expr_if(&mut self, e: &'ast syn::ExprIf) {
+        self.body.conds.push((canonical(&e.cond), self.reachable));
+        self.visit_expr(&e.cond);
+        let known = constant(&e.cond);
+        self.under(known != Some(false), |r| r.visit_block(&e.then_branch));
+        if let Some((_, other)) = &e.else_branch {
+            self.under(known != Some(true), |r| r.visit_expr(other));
+        }
+    }
+
+    fn visit_expr_while(&mut self, e: &'ast syn::ExprWhile) {
+        self.visit_expr(&e.cond);
+        let runs = constant(&e.cond) != Some(false);
+        self.under(runs, |r| r.visit_block(&e.body));
+    }
+
+    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
+        self.body
+            .strings
+            .push((normalized(&s.value()), self.reachable));
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        let args = mac.parse_body_with(
+            syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
+        );
+        if let Ok(args) = args {
+            for arg in &args {
+                self.visit_expr(arg);
+            }
+        }
+    }
+}
+
+/// The functions (free, in `impl`s, nested) named `name` in a Rust source file, read.
+fn function_bodies(source: &str, name: &str) -> Vec<Body> {
+    struct Finder<'n> {
+        name: &'n str,
+        found: Vec<Body>,
+    }
+    impl<'ast> Visit<'ast> for Finder<'_> {
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            if f.sig.ident == self.name {
+                self.found.push(read_body(&f.block));
+            }
+            visit::visit_item_fn(self, f);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            if f.sig.ident == self.name {
+                self.found.push(read_body(&f.block));
+            }
+            visit::visit_impl_item_fn(self, f);
+        }
+    }
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
+    let mut finder = Finder {
+        name,
+        found: Vec::new(),
+    };
+    finder.visit_file(&file);
+    finder.found
+}
+
+fn read_body(block: &syn::Block) -> Body {
+    let mut reader = Reader {
+        reachable: true,
+        body: Body::default(),
+    };
+    reader.visit_block(block);
+    reader.body
+}
+
+/// Whether `code` is reachable code of the function it names in `source`.
+fn source_holds(source: &str, code: &Code) -> Result<(), String> {
+    let (Code::Stmt(function, _)
+    | Code::Cond(function, _)
+    | Code::Sql(function, _)
+    | Code::Migration(function, _)) = code;
+    let bodies = function_bodies(source, function);
+    if bodies.is_empty() {
+        return Err(format!("no fn {function}"));
+    }
+    let mut why = String::new();
+    for body in &bodies {
+        match body.holds(code) {
+            Ok(()) => return Ok(()),
+            Err(e) => why = e,
+        }
+    }
+    Err(why)
+}
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -365,79 +647,143 @@ fn ops_files() -> Vec<PathBuf> {
     files
 }
 
-/// A source file split at every function definition: (offset, name, text up to the next one).
-fn split_functions(text: &str) -> Vec<(usize, String, String)> {
-    let starts: Vec<(usize, String)> = text
-        .match_indices("fn ")
-        .filter(|(at, _)| *at == 0 || text[..*at].ends_with(' '))
-        .filter_map(|(at, _)| {
-            words_after(&text[at..], "fn ", |c| {
-                c.is_ascii_alphanumeric() || c == '_'
-            })
-            .first()
-            .map(|name| (at, name.to_string()))
-        })
-        .collect();
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, (at, name))| {
-            let end = starts
-                .get(i + 1)
-                .map(|(next, _)| *next)
-                .unwrap_or(text.len());
-            (*at, name.clone(), text[*at..end].to_string())
-        })
-        .collect()
-}
-
-/// Code with Rust string continuations joined and every run of whitespace made one space (and
-/// none after an opening or before a closing brace), so fragments match however lines wrap.
+/// Whitespace made one space (and none after an opening or before a closing brace), so SQL
+/// fragments match however the lines wrap.
 fn normalized(code: &str) -> String {
-    let joined = code.replace("\\\n", " ");
-    let spaced = joined.split_whitespace().collect::<Vec<_>>().join(" ");
+    let spaced = code.split_whitespace().collect::<Vec<_>>().join(" ");
     spaced.replace("{ ", "{").replace(" }", "}")
 }
 
-/// A function of `ledger/src/ops`: the events its body writes and the functions it calls.
+/// What a piece of ledger code does, read by `syn` (comments are not there): the events it writes
+/// (`Event::new(Level::…, "NAME")`) and the names it calls. Nested functions are scanned on their
+/// own; macro bodies that parse as expressions (`transaction!`, `vec!`) are read.
 #[derive(Default)]
 struct Function {
     events: BTreeSet<String>,
     calls: BTreeSet<String>,
 }
 
+impl<'ast> Visit<'ast> for Function {
+    fn visit_expr_call(&mut self, call: &'ast syn::ExprCall) {
+        if let syn::Expr::Path(p) = &*call.func {
+            let path: Vec<String> = p
+                .path
+                .segments
+                .iter()
+                .map(|s| s.ident.to_string())
+                .collect();
+            if path.ends_with(&["Event".to_string(), "new".to_string()]) {
+                let level = call.args.first().is_some_and(|a| {
+                    matches!(a, syn::Expr::Path(l)
+                        if l.path.segments.first().is_some_and(|s| s.ident == "Level"))
+                });
+                if let (
+                    true,
+                    Some(syn::Expr::Lit(syn::ExprLit {
+                        lit: syn::Lit::Str(name),
+                        ..
+                    })),
+                ) = (level, call.args.iter().nth(1))
+                {
+                    let name = name.value();
+                    if !name.is_empty() && name.chars().all(event_char) {
+                        self.events.insert(name);
+                    }
+                }
+            }
+            if let Some(last) = path.last() {
+                self.calls.insert(last.clone());
+            }
+        }
+        visit::visit_expr_call(self, call);
+    }
+
+    fn visit_expr_method_call(&mut self, call: &'ast syn::ExprMethodCall) {
+        self.calls.insert(call.method.to_string());
+        visit::visit_expr_method_call(self, call);
+    }
+
+    fn visit_macro(&mut self, mac: &'ast syn::Macro) {
+        if let Ok(args) = mac.parse_body_with(
+            syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
+        ) {
+            for arg in &args {
+                self.visit_expr(arg);
+            }
+        }
+    }
+
+    // A nested function is a function of its own.
+    fn visit_item_fn(&mut self, _: &'ast syn::ItemFn) {}
+}
+
+/// Every function of a source file (free, in `impl`s, nested): its name, whether it is a
+/// `pub async fn`, and what its body does.
+fn file_functions(source: &str) -> Vec<(String, bool, Function)> {
+    #[derive(Default)]
+    struct Collector {
+        found: Vec<(String, bool, Function)>,
+    }
+    impl Collector {
+        fn add(&mut self, vis: &syn::Visibility, sig: &syn::Signature, block: &syn::Block) {
+            let mut f = Function::default();
+            f.visit_block(block);
+            let operation = matches!(vis, syn::Visibility::Public(_)) && sig.asyncness.is_some();
+            self.found.push((sig.ident.to_string(), operation, f));
+        }
+    }
+    impl<'ast> Visit<'ast> for Collector {
+        fn visit_item_fn(&mut self, f: &'ast syn::ItemFn) {
+            self.add(&f.vis, &f.sig, &f.block);
+            visit::visit_item_fn(self, f);
+        }
+        fn visit_impl_item_fn(&mut self, f: &'ast syn::ImplItemFn) {
+            self.add(&f.vis, &f.sig, &f.block);
+            visit::visit_impl_item_fn(self, f);
+        }
+    }
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
+    let mut collector = Collector::default();
+    collector.visit_file(&file);
+    collector.found
+}
+
+/// The strings of a source file's `const RULES` (the sweeper's rules, in order).
+fn sweeper_rules(source: &str) -> Vec<String> {
+    let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
+    let mut rules = Vec::new();
+    for item in &file.items {
+        if let syn::Item::Const(c) = item
+            && c.ident == "RULES"
+            && let syn::Expr::Array(list) = &*c.expr
+        {
+            for e in &list.elems {
+                if let syn::Expr::Lit(syn::ExprLit {
+                    lit: syn::Lit::Str(s),
+                    ..
+                }) = e
+                {
+                    rules.push(s.value());
+                }
+            }
+        }
+    }
+    rules
+}
+
 /// A ledger operation: a `pub async fn` of `ledger/src/ops`, or a sweeper rule (`sweep.<rule>`),
 /// with the events it writes, its helpers' included.
 fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
-    let files = ops_files();
     let mut functions: BTreeMap<String, Function> = BTreeMap::new();
-    let mut bodies = Vec::new();
     let mut operations: BTreeMap<String, String> = BTreeMap::new(); // operation -> function
-    for file in files {
+    for file in ops_files() {
         let text = read(&file);
-        let rules: Vec<String> = text
-            .find("const RULES")
-            .map(|at| {
-                let list = &text[at..at + text[at..].find("];").expect("RULES ends")];
-                words_after(list, "\"", op_char)
-                    .into_iter()
-                    .map(String::from)
-                    .collect()
-            })
-            .unwrap_or_default();
-        for (at, name, body) in split_functions(&text) {
+        let rules = sweeper_rules(&text);
+        for (name, operation, f) in file_functions(&text) {
             let entry = functions.entry(name.clone()).or_default();
-            entry.events.extend(
-                words_after(&body, "Event::new(Level::", |c| c != ')')
-                    .into_iter()
-                    .filter_map(|args| {
-                        words_after(args, "\"", event_char)
-                            .first()
-                            .map(|s| s.to_string())
-                    }),
-            );
-            bodies.push((name.clone(), body));
-            if text[..at].ends_with("pub async ") {
+            entry.events.extend(f.events);
+            entry.calls.extend(f.calls);
+            if operation {
                 operations.insert(name.clone(), name.clone());
             } else if let Some(rule) = name
                 .strip_prefix("rule_")
@@ -453,15 +799,6 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
             );
         }
     }
-    let names: BTreeSet<String> = functions.keys().cloned().collect();
-    for (name, body) in bodies {
-        let calls: Vec<String> = names
-            .iter()
-            .filter(|callee| **callee != name && body.contains(&format!("{callee}(")))
-            .cloned()
-            .collect();
-        functions.get_mut(&name).expect("known").calls.extend(calls);
-    }
     operations
         .into_iter()
         .map(|(operation, function)| {
@@ -476,7 +813,12 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
                 events.extend(f.events.iter().cloned());
                 // Another operation called as a helper (e.g. the sweep calling its rules) keeps
                 // its own events.
-                todo.extend(f.calls.iter().filter(|c| !c.starts_with("rule_")).cloned());
+                todo.extend(
+                    f.calls
+                        .iter()
+                        .filter(|c| !c.starts_with("rule_") && functions.contains_key(*c))
+                        .cloned(),
+                );
             }
             (operation, events)
         })
@@ -493,11 +835,8 @@ fn ledger_events() -> BTreeSet<String> {
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "rs") {
-                let text = read(&path);
-                for args in words_after(&text, "Event::new(Level::", |c| c != ')') {
-                    if let Some(name) = words_after(args, "\"", event_char).first() {
-                        events.insert(name.to_string());
-                    }
+                for (_, _, f) in file_functions(&read(&path)) {
+                    events.extend(f.events);
                 }
             }
         }
@@ -638,18 +977,7 @@ fn every_model_guard_is_the_ledger_code_that_implements_it() {
     // statements, not ledger operations, so only its guards are mapped).
     let model = model() + &read(&repo().join("spec/model/completion.pml"));
     let script = read(&repo().join("scripts/model-check"));
-    let mut bodies: BTreeMap<String, String> = BTreeMap::new();
-    for file in ops_files() {
-        for (_, name, body) in split_functions(&read(&file)) {
-            bodies.entry(name).or_default().push_str(&normalized(&body));
-        }
-    }
-    // A guard implemented in the schema names its migration, `migrations/<file>`.
-    for entry in std::fs::read_dir(repo().join("migrations")).expect("migrations") {
-        let path = entry.expect("directory entry").path();
-        let name = format!("migrations/{}", path.file_name().unwrap().to_string_lossy());
-        bodies.insert(name, normalized(&read(&path)));
-    }
+    let sources: Vec<String> = ops_files().iter().map(|f| read(f)).collect();
     let mut mutants: BTreeSet<&str> =
         words_after(&model, "MUTANT_", |c| c.is_ascii_uppercase() || c == '_')
             .into_iter()
@@ -679,17 +1007,176 @@ fn every_model_guard_is_the_ledger_code_that_implements_it() {
             "the model has no assertion tagged `@property {}`",
             guard.property
         );
-        for (function, fragment) in guard.code {
-            let body = bodies
-                .get(*function)
-                .unwrap_or_else(|| panic!("{}: ledger/src/ops has no fn {function}", guard.mutant));
-            assert!(
-                body.contains(&normalized(fragment)),
-                "{}: fn {function} no longer contains `{fragment}`. The model's guard (and its \
-                 mutant) stand for that code: change the model with it, re-run scripts/model-check, \
-                 then this table",
+        for code in guard.code {
+            if let Code::Migration(file, text) = code {
+                let sql: String = read(&repo().join("migrations").join(file))
+                    .lines()
+                    .map(|l| l.split("--").next().unwrap_or(""))
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                assert!(
+                    normalized(&sql).contains(&normalized(text)),
+                    "{}: migrations/{file} no longer contains `{text}`. The model's guard (and \
+                     its mutant) stand for that code: change the model with it, re-run \
+                     scripts/model-check, then this table",
+                    guard.mutant
+                );
+                continue;
+            }
+            let results: Vec<Result<(), String>> =
+                sources.iter().map(|s| source_holds(s, code)).collect();
+            if results.iter().any(Result::is_ok) {
+                continue;
+            }
+            let why = results
+                .into_iter()
+                .filter_map(Result::err)
+                .find(|e| !e.starts_with("no fn "))
+                .unwrap_or_else(|| "ledger/src/ops has no such function".to_string());
+            panic!(
+                "{}: {code:?}: {why}. The model's guard (and its mutant) stand for that code: \
+                 change the model with it, re-run scripts/model-check, then this table",
                 guard.mutant
             );
         }
     }
+}
+
+/// The guard reader on small sources: what the ledger's text would still match, it refuses.
+#[test]
+fn a_guard_that_is_commented_out_or_never_runs_is_not_the_guard() {
+    let fence = Code::Stmt("sweep", "check_fence(conn, fence).await?;");
+    let sql = Code::Sql("sweep", "WHERE dispatch_id = $1 AND status = 'PENDING'");
+    let source = |body: &str| {
+        format!(
+            "impl Ledger {{ pub async fn sweep(&self, fence: &Fence) -> LedgerResult<()> {{ \
+             transaction!(self, |conn| async {{ {body} }}) }} }}"
+        )
+    };
+    let holds = |body: &str, code: &Code| source_holds(&source(body), code);
+
+    // The guard as the ledger writes it, however the lines wrap, passes.
+    let live = "check_fence(conn, fence).await?; \
+                sqlx::query(\"UPDATE d SET status = 'SENT' \\\n      WHERE dispatch_id = $1 AND status = 'PENDING'\"); \
+                Ok(())";
+    assert_eq!(holds(live, &fence), Ok(()));
+    assert_eq!(holds(live, &sql), Ok(()));
+    assert_eq!(
+        holds(
+            "check_fence(\n  conn,\n  fence, // ours\n).await?; Ok(())",
+            &fence
+        ),
+        Ok(())
+    );
+
+    // Commented out: a line comment, a block comment, a doc comment's text.
+    for body in [
+        "// check_fence(conn, fence).await?;\n Ok(())",
+        "/* check_fence(conn, fence).await?; */ Ok(())",
+        "/// check_fence(conn, fence).await?;\n let x = 1; Ok(())",
+    ] {
+        assert_eq!(
+            holds(body, &fence),
+            Err("no such statement".to_string()),
+            "{body}"
+        );
+    }
+    assert_eq!(
+        holds(
+            "// sqlx::query(\"UPDATE d SET status = 'SENT' WHERE dispatch_id = $1 AND status = 'PENDING'\");\n Ok(())",
+            &sql
+        ),
+        Err("no such string".to_string())
+    );
+    // Only a string that spells it.
+    assert_eq!(
+        holds(
+            "let s = \"check_fence(conn, fence).await?;\"; Ok(())",
+            &fence
+        ),
+        Err("no such statement".to_string())
+    );
+
+    // There, but never run: after an early return of the same block (or of an enclosing one),
+    // after an `if` whose every way returns, under `if false`, under a #[cfg]. (A #[cfg] on the
+    // statement itself makes it another statement: not found at all.)
+    for body in [
+        "return Ok(()); check_fence(conn, fence).await?; Ok(())",
+        "if tired { return Ok(()); } else { return Err(e); } check_fence(conn, fence).await?; Ok(())",
+        "{ return Ok(()); } check_fence(conn, fence).await?; Ok(())",
+        "if false { check_fence(conn, fence).await?; } Ok(())",
+        "if true { } else { check_fence(conn, fence).await?; } Ok(())",
+        "panic!(\"later\"); check_fence(conn, fence).await?; Ok(())",
+        "#[cfg(any())] { check_fence(conn, fence).await?; } Ok(())",
+    ] {
+        let got = holds(body, &fence);
+        assert!(
+            got.as_ref().is_err_and(|e| e.contains("never runs")),
+            "{body}: {got:?}"
+        );
+    }
+    assert!(
+        holds(
+            "#[cfg(any())] check_fence(conn, fence).await?; Ok(())",
+            &fence
+        )
+        .is_err()
+    );
+    assert!(holds(
+        "return Ok(()); sqlx::query(\"UPDATE d SET status = 'SENT' WHERE dispatch_id = $1 AND status = 'PENDING'\"); Ok(())",
+        &sql
+    )
+    .is_err_and(|e| e.contains("never runs")));
+
+    // A conditional exit before it does not make it unreachable, nor does `?`.
+    assert_eq!(
+        holds(
+            "if !got { return Ok(None); } x.await?; check_fence(conn, fence).await?; Ok(())",
+            &fence
+        ),
+        Ok(())
+    );
+    // A changed guard is not the guard.
+    assert_eq!(
+        holds("check_fence(conn, other).await?; Ok(())", &fence),
+        Err("no such statement".to_string())
+    );
+    assert_eq!(
+        holds("let _ = check_fence(conn, fence).await; Ok(())", &fence),
+        Err("no such statement".to_string())
+    );
+}
+
+/// The operation and event scanners read code too: an event or a call in a comment is not one.
+#[test]
+fn the_scanners_read_code_not_comments() {
+    let source = r#"
+        impl Ledger {
+            /// Writes `Event::new(Level::Info, "IN_A_DOC")` … no: it does not.
+            pub async fn op(&self) -> LedgerResult<()> {
+                // Event::new(Level::Info, "IN_A_COMMENT"); helper_in_a_comment(conn);
+                /* Event::new(Level::Info, "IN_A_BLOCK") */
+                transaction!(self, |conn| async {
+                    helper(conn).await?;
+                    insert_event(conn, Event::new(Level::Info, "LIVE")).await
+                })
+            }
+        }
+        async fn helper(conn: &mut PgConnection) {}
+        async fn helper_in_a_comment(conn: &mut PgConnection) {}
+    "#;
+    let functions = file_functions(source);
+    let (_, operation, op) = functions
+        .iter()
+        .find(|(name, _, _)| name == "op")
+        .expect("op");
+    assert!(*operation);
+    assert_eq!(op.events, BTreeSet::from(["LIVE".to_string()]));
+    assert!(op.calls.contains("helper"));
+    assert!(!op.calls.contains("helper_in_a_comment"));
+    let (_, operation, _) = functions
+        .iter()
+        .find(|(name, _, _)| name == "helper")
+        .expect("helper");
+    assert!(!*operation, "a private fn is not an operation");
 }
