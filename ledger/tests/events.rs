@@ -1,8 +1,8 @@
 //! Event ids (CONTRACT §1.6, §4.22): the ledger writes time-ordered ids (UUID v7), so that its
 //! inserts append to the right edge of the primary key instead of landing on random leaves, and
 //! events that tie on `event_time` come out of the timeline in the order they were written.
-use ledger::{ChunkReport, Decimal38, LedgerConfig, Manifest, ManifestPartition};
-use testkit::{TestDb, new_run};
+use ledger::{ChunkReport, LedgerConfig};
+use testkit::{TestDb, manifest, new_run};
 use uuid::Uuid;
 
 /// Creates a run of `n` one-chunk partitions and reports every chunk: the run completes (its
@@ -10,28 +10,7 @@ use uuid::Uuid;
 async fn complete_run(ledger: &ledger::Ledger, name: &str, n: usize) -> Uuid {
     let created = ledger.create_run(&new_run(name)).await.unwrap();
     let run = created.run_id;
-    let m = Manifest {
-        snapshot_scn: Decimal38::parse("777"),
-        source_count: 5 * n as i64,
-        source_null_split_count: 0,
-        source_min_split: None,
-        source_max_split: None,
-        planned_partition_count: n as i64,
-        source_metrics: vec![],
-        source_metrics_version: "v1".into(),
-        partitions: (0..n)
-            .map(|i| ManifestPartition {
-                partition_id: format!("{i:04}"),
-                lower_bound: Decimal38::parse(&(i * 10).to_string()),
-                upper_bound: Decimal38::parse(&((i + 1) * 10).to_string()),
-                lower_text: None,
-                upper_text: None,
-                upper_inclusive: i + 1 == n,
-                is_null_partition: false,
-                expected_row_count: 5,
-            })
-            .collect(),
-    };
+    let m = manifest(&vec![5; n]);
     ledger.register_manifest(run, &m).await.unwrap();
     for i in 0..n {
         let pid = format!("{i:04}");
