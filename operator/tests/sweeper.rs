@@ -986,3 +986,51 @@ async fn run_row_lockable(env: &Env, run: Uuid) -> Result<(), sqlx::Error> {
     tx.rollback().await.unwrap();
     locked
 }
+
+/// Rule 4 probes every stuck run's recent alert in one statement: a tick costs as many statements
+/// with twelve runs stuck in validation as with two (a probe per run was a round trip per stuck
+/// run on every tick; 400 stuck runs made an aged ledger's tick 46 times slower). Counted on the
+/// wire between the ledger and PostgreSQL.
+#[tokio::test]
+async fn a_tick_costs_the_same_statements_for_two_stuck_runs_or_twelve() {
+    let env = Env::start(|_| {}).await;
+    let stuck = async |bk: String| {
+        let (run, dispatch) = env.validated(&bk).await;
+        env.ledger
+            .start_validation(run, dispatch, "n")
+            .await
+            .unwrap();
+        env.exec(
+            "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '3 hours' WHERE run_id = $1",
+            run,
+        )
+        .await;
+    };
+    let wire = testkit::RoundTrips::start(&env.db.url).await;
+    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, env.config.ledger_config())
+        .await
+        .unwrap();
+    let fence = ledger.acquire_epoch("test-leader").await.unwrap();
+    let tick = async || {
+        let before = wire.statements();
+        let report = ledger.sweep(&fence).await.unwrap().expect("tick lock free");
+        (
+            report.actions.get("stale_alert").copied().unwrap_or(0),
+            wire.statements() - before,
+        )
+    };
+    let mut statements = Vec::new();
+    for (bk, n) in [("A", 2), ("B", 10)] {
+        for i in 0..n {
+            stuck(format!("{bk}{i}")).await;
+        }
+        assert_eq!(tick().await.0, n, "the new stuck runs are alerted");
+        let (alerts, sent) = tick().await;
+        assert_eq!(alerts, 0, "once per window");
+        statements.push(sent);
+    }
+    assert_eq!(
+        statements[0], statements[1],
+        "statements of a tick with 2 and with 12 runs stuck (alerted within their window)"
+    );
+}

@@ -15,6 +15,8 @@ use uuid::Uuid;
 pub mod hostile;
 mod ports;
 pub use ports::free_port;
+mod round_trips;
+pub use round_trips::RoundTrips;
 mod secret_volume;
 pub use secret_volume::SecretVolume;
 

@@ -180,8 +180,8 @@ pub fn catalogue() -> Vec<PlannedQuery> {
         ),
         q(
             "sweeper.stale_alert_recent",
-            sweeper::RECENT_STALE_ALERT,
-            &[RUN, ("float8", "7200")],
+            sweeper::RECENT_STALE_ALERTS,
+            &[RUNS, ("float8[]", "array_fill(7200::float8, ARRAY[10])")],
             true,
         ),
         q(

@@ -91,9 +91,12 @@ pub const STALE_ALERT_RUNS: &str = "SELECT run_id, job_key, business_key, status
                FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
                 AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id";
 
-/// Rule 4, one run (`$1`): an alert within `$2` seconds, from `ix_load_event_run_time`.
-pub const RECENT_STALE_ALERT: &str = "SELECT 1 FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT' \
-                   AND event_time > clock_timestamp() - make_interval(secs => $2) LIMIT 1";
+/// Rule 4, the stuck runs (`$1`) that had an alert within their window (`$2`, seconds), all in
+/// one statement (a probe per run was a round trip per stuck run on every tick): each probe from
+/// `ix_load_event_run_time`.
+pub const RECENT_STALE_ALERTS: &str = "SELECT d.run_id FROM unnest($1::uuid[], $2::float8[]) AS d(run_id, window_s) \
+         WHERE EXISTS (SELECT 1 FROM nifi_ops.load_event e WHERE e.run_id = d.run_id AND e.event_name = 'RUN_STALE_ALERT' \
+                          AND e.event_time > clock_timestamp() - make_interval(secs => d.window_s))";
 
 /// Rule 5's candidates, `$1` the shortest `recovery.publish_stale`.
 pub const PUBLISH_STALE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \
@@ -493,17 +496,25 @@ impl Ledger {
                 .bind(secs(min))
                 .fetch_all(&mut *conn)
                 .await?;
-        for (run_id, job, bk, status, heartbeat, age) in rows {
-            let window = secs(jobs.of(&job, g).validation_stale);
-            if age < window {
-                continue;
-            }
-            let recent: Option<(i32,)> = sqlx::query_as(RECENT_STALE_ALERT)
-                .bind(run_id)
-                .bind(window)
-                .fetch_optional(&mut *conn)
-                .await?;
-            if recent.is_some() {
+        let due: Vec<_> = rows
+            .into_iter()
+            .map(|row| (secs(jobs.of(&row.1, g).validation_stale), row))
+            .filter(|(window, row)| row.5 >= *window)
+            .collect();
+        if due.is_empty() {
+            return Ok(());
+        }
+        let ids: Vec<Uuid> = due.iter().map(|(_, row)| row.0).collect();
+        let windows: Vec<f64> = due.iter().map(|(window, _)| *window).collect();
+        let alerted: std::collections::HashSet<Uuid> = sqlx::query_scalar(RECENT_STALE_ALERTS)
+            .bind(&ids)
+            .bind(&windows)
+            .fetch_all(&mut *conn)
+            .await?
+            .into_iter()
+            .collect();
+        for (_, (run_id, job, bk, status, heartbeat, _)) in due {
+            if alerted.contains(&run_id) {
                 continue;
             }
             Event::new(Level::Error, "RUN_STALE_ALERT")
