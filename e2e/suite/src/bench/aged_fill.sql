@@ -194,5 +194,15 @@ SELECT gen_random_uuid(), now() - make_interval(secs => __DAYS__ * 86400.0 * j /
        'PG-10', 'ExecuteSQLRecord', 'nifi-0' || (1 + j % 3), 'bulletin: connection reset'
   FROM generate_series(1, __RUNS__) j;
 
+-- And what event retention leaves behind on each cleaned run it has visited: the bound of its
+-- events (`events_kept_from`, migration 20261203000008), its oldest event left, or, with none
+-- left, a day before now. Left at its default (-infinity), every cleaned run of the year would be
+-- due at once and rule 6 would spend the aged measurement's ticks catching up a thousand runs at
+-- a time: the one-off cost of the upgrade that added the column, not a year's steady state.
+UPDATE nifi_ops.load_run r
+   SET events_kept_from = COALESCE((SELECT min(e.event_time) FROM nifi_ops.load_event e WHERE e.run_id = r.run_id),
+                                   now() - interval '1 day')
+ WHERE r.cleaned_at IS NOT NULL;
+
 DROP TABLE aged_shape;
 DROP TABLE aged_run;
