@@ -165,6 +165,20 @@ impl Ledger {
         }
     }
 
+    /// `e` says a statement's connection was closed by its server (a restart, a failover, a
+    /// terminated backend): every connection of that server is retired, and the caller may try
+    /// again on a new one.
+    pub(crate) fn lost_connection(&self, e: &LedgerError) -> bool {
+        match e {
+            LedgerError::Database(db) if connection_lost(db) => {
+                tracing::info!(event = "db_connection_lost", error = %db, "a pooled connection was closed by its server; retrying on a new one");
+                self.retirement.retire_all(DatabaseFault::of(db));
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Retires the pool's connections when `e` says their server cannot take writes now.
     pub(crate) fn observe_error(&self, e: &LedgerError) {
         let fault = match e {
@@ -308,7 +322,7 @@ pub(crate) enum RunLock {
 
 /// The run key of the fairness lock (§5.3): a 64-bit hash of the run id, used in the two-int4
 /// advisory key space, which the leader and sweeper locks (`hashtext`, bigint space) never share.
-fn run_lock_key(run_id: Uuid) -> (i32, i32) {
+pub(crate) fn run_lock_key(run_id: Uuid) -> (i32, i32) {
     let b = run_id.as_u128();
     let h = (b >> 64) as u64 ^ b as u64;
     ((h >> 32) as i32, h as i32)

@@ -112,9 +112,12 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_TOKEN_CHECK",
         property: "4",
         code: &[
-            Code::Stmt(
-                "report_chunk_once",
-                "if part.claim_token != Some(r.claim_token) { return Err(LedgerError::ClaimMismatch); }",
+            // The report's claim check, in the one copy of §4.7 steps 2–8 that both of its ways
+            // run (`report_chunk_alone`, `report_chunk_once`).
+            Code::Migration(
+                "20261203000011_record_chunk_function.sql",
+                "IF v_claim_token IS DISTINCT FROM p_claim_token THEN \
+                 outcome := 'CLAIM_MISMATCH'; RETURN; END IF;",
             ),
             Code::Sql(
                 "partition_succeeded",
@@ -165,6 +168,11 @@ const GUARDS: &[Guard] = &[
                 "ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
             Code::Sql("lock_partition", "FOR UPDATE"),
+            Code::Migration(
+                "20261203000011_record_chunk_function.sql",
+                "FROM nifi_ops.load_partition p \
+                 WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
+            ),
         ],
     },
     // ... and the recount in a statement of its own, after the wait for the run row.

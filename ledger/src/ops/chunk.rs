@@ -3,14 +3,14 @@
 //!
 //! Reports hold the run row FOR KEY SHARE so that reports of sibling partitions never wait for each
 //! other; a verdict that ends the run rolls back and re-runs under FOR UPDATE (§5.3 rule 6).
-use super::claim::{lock_partition, parse_run_status};
+use super::claim::parse_run_status;
 use super::complete::complete_extraction;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, run_heartbeat_cte, transaction};
+use crate::store::{Ledger, RunLock, run_heartbeat_cte, run_lock_key, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -62,35 +62,108 @@ impl ChunkResult {
     }
 }
 
-/// The run directory check (§4.7 step 4): below `<hdfs_run_path>/`, no `..` segment.
-pub fn path_inside_run(run_path: Option<&str>, hdfs_path: &str) -> bool {
-    // One file, one spelling: `p//f`, `p/./f` and a trailing `/` name the same file (or a
-    // directory) under another string, which would let one file be recorded as several chunks.
-    run_path
-        .and_then(|root| hdfs_path.strip_prefix(root))
-        .and_then(|rest| rest.strip_prefix('/'))
-        .is_some_and(|rel| {
-            !rel.is_empty()
-                && rel
-                    .split('/')
-                    .all(|seg| !seg.is_empty() && seg != "." && seg != "..")
-        })
-}
-
-/// The recorded chunk and its partition's aggregate (§4.7 steps 6–8).
+/// What `nifi_ops.record_chunk` answers (migration `20261203000011`): §4.7 steps 2–8, the
+/// checks, the write and the partition's aggregate with this chunk.
 #[derive(sqlx::FromRow)]
-struct ChunkRow {
+struct RecordedChunk {
+    /// RUN_NOT_FOUND, PARTITION_NOT_FOUND, CLAIM_MISMATCH, HDFS_PATH_OUTSIDE_RUN, DECIDE or RECORDED.
+    outcome: String,
+    partition_status: Option<String>,
+    /// The run's status read after the run and partition locks were granted (what the report
+    /// decides on and answers, see `claim::run_status_after_locks`).
+    run_status: Option<String>,
+    expected_row_count: Option<i64>,
     /// The chunk was new, or differs from the stored one (a conflict once the partition is done).
-    changed: bool,
-    files: i64,
+    changed: Option<bool>,
+    files: Option<i64>,
     lo: Option<i32>,
     hi: Option<i32>,
-    rows: String,
-    bytes: Option<String>,
-    distinct_counts: i64,
-    /// The run's status, read after the run and partition locks were granted (what the report
-    /// decides on and answers, see `claim::run_status_after_locks`).
-    run_status: String,
+    rows_sum: Option<String>,
+    bytes_sum: Option<String>,
+    distinct_counts: Option<i64>,
+    lock_wait_seconds: f64,
+}
+
+/// How `nifi_ops.record_chunk` is asked to run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Recording {
+    /// On its own (autocommit): it takes the run lock itself, and answers DECIDE, writing
+    /// nothing, when the report needs a decision.
+    Alone,
+    /// Inside the caller's transaction, which holds the run lock and decides on the answer.
+    InDecision,
+}
+
+const RECORD_CHUNK: &str = "SELECT outcome, partition_status, run_status, expected_row_count, changed, files, lo, hi, \
+        rows_sum, bytes_sum, distinct_counts, lock_wait_seconds \
+   FROM nifi_ops.record_chunk($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+
+async fn record_chunk(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    pid: &str,
+    r: &ChunkReport,
+    how: Recording,
+) -> LedgerResult<RecordedChunk> {
+    let (k1, k2) = run_lock_key(run_id);
+    let rec: RecordedChunk = sqlx::query_as(RECORD_CHUNK)
+        .bind(run_id)
+        .bind(pid)
+        .bind(r.claim_token)
+        .bind(r.chunk_index)
+        .bind(r.chunk_count)
+        .bind(&r.fragment_identifier)
+        .bind(&r.hdfs_path)
+        .bind(r.record_count)
+        .bind(r.byte_count)
+        .bind(k1)
+        .bind(k2)
+        .bind(how == Recording::InDecision)
+        .bind(how == Recording::InDecision)
+        .fetch_one(&mut *conn)
+        .await?;
+    match rec.outcome.as_str() {
+        "RECORDED" | "DECIDE" => Ok(rec),
+        "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
+        "PARTITION_NOT_FOUND" => Err(LedgerError::PartitionNotFound),
+        "CLAIM_MISMATCH" => Err(LedgerError::ClaimMismatch),
+        "HDFS_PATH_OUTSIDE_RUN" => Err(LedgerError::HdfsPathOutsideRun),
+        other => Err(LedgerError::Corrupt(format!(
+            "record_chunk outcome {other}"
+        ))),
+    }
+}
+
+impl RecordedChunk {
+    fn statuses(&self) -> LedgerResult<(PartitionStatus, RunStatus)> {
+        let corrupt = || LedgerError::Corrupt("record_chunk statuses".into());
+        let part = self.partition_status.as_deref().ok_or_else(corrupt)?;
+        let part = PartitionStatus::parse(part)
+            .ok_or_else(|| LedgerError::Corrupt(format!("partition status {part}")))?;
+        let run = parse_run_status(self.run_status.as_deref().ok_or_else(corrupt)?)?;
+        Ok((part, run))
+    }
+
+    fn aggregate(&self) -> LedgerResult<ChunkAggregate> {
+        let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
+        Ok(ChunkAggregate {
+            files: self.files.ok_or_else(|| corrupt("files"))?,
+            lo: self.lo,
+            hi: self.hi,
+            rows: self
+                .rows_sum
+                .as_deref()
+                .and_then(|r| r.parse().ok())
+                .ok_or_else(|| corrupt("rows"))?,
+            bytes: self
+                .bytes_sum
+                .as_deref()
+                .map(str::parse)
+                .transpose()
+                .map_err(|_| corrupt("bytes"))?,
+            distinct_counts: self.distinct_counts.ok_or_else(|| corrupt("counts"))?,
+        })
+    }
 }
 
 impl Ledger {
@@ -102,6 +175,9 @@ impl Ledger {
     ) -> LedgerResult<ChunkOutcome> {
         if r.chunk_index >= r.chunk_count {
             return Err(LedgerError::ChunkIndexOutOfRange);
+        }
+        if let Some(answer) = self.report_chunk_alone(run_id, pid, r).await? {
+            return Ok(answer);
         }
         match transaction!(self, |conn| self.report_chunk_once(
             conn,
@@ -123,6 +199,67 @@ impl Ledger {
         }
     }
 
+    /// A report that decides nothing (progress, or recorded only), in one round trip:
+    /// `nifi_ops.record_chunk` on its own is one statement, hence one transaction. `None` when
+    /// the report needs a decision (it then wrote nothing).
+    ///
+    /// Retried like a transaction on a deadlock or a serialization failure, and on a lost
+    /// connection: unlike a BEGIN, this statement may have committed before its connection was
+    /// lost, and that is safe to repeat, since a report is idempotent (the replay finds its chunk
+    /// stored as sent, writes nothing and answers the state), which NiFi's own retries rely on.
+    async fn report_chunk_alone(
+        &self,
+        run_id: Uuid,
+        pid: &str,
+        r: &ChunkReport,
+    ) -> LedgerResult<Option<ChunkOutcome>> {
+        self.admit_write().await?;
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let recorded: LedgerResult<RecordedChunk> = async {
+                let mut conn = self.pool.acquire().await?;
+                record_chunk(&mut conn, run_id, pid, r, Recording::Alone).await
+            }
+            .await;
+            match recorded {
+                Err(e) if attempt < self.config.tx_attempts && self.lost_connection(&e) => {}
+                Err(e) if e.is_retryable() && attempt < self.config.tx_attempts => {
+                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
+                    tokio::time::sleep(Ledger::backoff(attempt)).await;
+                }
+                Err(e) => {
+                    self.observe_error(&e);
+                    return Err(e);
+                }
+                Ok(rec) => {
+                    if let Some(o) = &self.lock_wait {
+                        o.observe(rec.lock_wait_seconds);
+                    }
+                    if rec.outcome == "DECIDE" {
+                        return Ok(None);
+                    }
+                    let (partition_status, run_status) = rec.statuses()?;
+                    return Ok(Some(ChunkOutcome {
+                        recorded: true,
+                        partition_status,
+                        run_status,
+                        received_chunks: rec.files.unwrap_or_default(),
+                        chunk_count: r.chunk_count,
+                        validation_scheduled: false,
+                        result: if run_status == RunStatus::Extracting
+                            && partition_status == PartitionStatus::Running
+                        {
+                            ChunkResult::Progress
+                        } else {
+                            ChunkResult::Ignored
+                        },
+                    }));
+                }
+            }
+        }
+    }
+
     async fn report_chunk_once(
         &self,
         conn: &mut sqlx::PgConnection,
@@ -132,91 +269,14 @@ impl Ledger {
         mode: RunLock,
     ) -> LedgerResult<ChunkOutcome> {
         let run = self.lock_run_timed(conn, run_id, mode).await?;
-        let part = lock_partition(conn, run_id, pid).await?;
-        if part.claim_token != Some(r.claim_token) {
-            return Err(LedgerError::ClaimMismatch);
-        }
-        if !path_inside_run(run.hdfs_run_path.as_deref(), &r.hdfs_path) {
-            return Err(LedgerError::HdfsPathOutsideRun);
-        }
-        // One round trip records the chunk, refreshes the partition's heartbeat, refreshes the
-        // run's heartbeat in §5.3 rule 5's form (skipped when fresh or write-locked, never
-        // waiting; for a progress report this is the last statement) and reads the partition's
-        // aggregate as it is with this chunk (the other WRITTEN chunks, which the partition row
-        // lock keeps still, plus this one: a statement does not see its own writes). It also
-        // reads the run's status: its snapshot follows every lock wait of the report, so the
-        // status is the one the waits left (the run row of the first statement may be older,
-        // `claim::run_status_after_locks`).
-        // An identical replay writes nothing: no upsert (ON CONFLICT DO UPDATE locks the row even
-        // when its WHERE is false), no new partition row version.
-        // The partition's heartbeat is written at most once a second (the stale rule counts in
-        // minutes; each write is a row version, HOT since no index holds the column), and not by
-        // a chunk that completes the set: that one decides the partition, whose SUCCESS or
-        // FAILED update writes the heartbeat itself (or, when the run or the partition no longer
-        // takes chunks, the heartbeat is not read again). Likewise the run's heartbeat is then
-        // refreshed by the success's pin statement, not here.
-        let a: ChunkRow = sqlx::query_as(concat!(
-            "WITH prior AS ( \
-                SELECT fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status FROM nifi_ops.load_file \
-                 WHERE run_id = $1 AND partition_id = $2 AND chunk_index = $3), \
-             same AS ( \
-                SELECT 1 FROM prior WHERE (fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status) \
-                    IS NOT DISTINCT FROM ($4, $5, $6, $7, $8, 'WRITTEN')), \
-             stored AS ( \
-                INSERT INTO nifi_ops.load_file (run_id, partition_id, chunk_index, fragment_identifier, fragment_count, \
-                  hdfs_path, record_count, byte_count) SELECT $1, $2, $3, $4, $5, $6, $7, $8 \
-                 WHERE NOT EXISTS (SELECT 1 FROM same) \
-                ON CONFLICT (run_id, partition_id, chunk_index) DO UPDATE SET \
-                  fragment_identifier = EXCLUDED.fragment_identifier, fragment_count = EXCLUDED.fragment_count, \
-                  hdfs_path = EXCLUDED.hdfs_path, record_count = EXCLUDED.record_count, byte_count = EXCLUDED.byte_count, \
-                  status = 'WRITTEN', updated_at = clock_timestamp() \
-                RETURNING 1), \
-             chunks AS ( \
-                SELECT chunk_index, fragment_count, record_count, byte_count FROM nifi_ops.load_file \
-                 WHERE run_id = $1 AND partition_id = $2 AND status = 'WRITTEN' AND chunk_index <> $3 \
-                UNION ALL SELECT $3, $5, $7, $8), \
-             beat AS ( \
-                UPDATE nifi_ops.load_partition SET heartbeat_at = clock_timestamp() \
-                 WHERE run_id = $1 AND partition_id = $2 AND NOT EXISTS (SELECT 1 FROM same) \
-                   AND (heartbeat_at IS NULL OR heartbeat_at < clock_timestamp() - interval '1 second') \
-                   AND (SELECT count(*) FROM chunks) < $5 RETURNING 1), \
-", run_heartbeat_cte!("(SELECT count(*) FROM chunks) < $5"), " \
-             SELECT NOT EXISTS (SELECT 1 FROM prior WHERE fragment_count = $5 AND hdfs_path = $6 \
-                                   AND record_count = $7 AND byte_count IS NOT DISTINCT FROM $8) AS changed, \
-                    count(*) AS files, min(chunk_index) AS lo, max(chunk_index) AS hi, \
-                    COALESCE(sum(record_count), 0)::text AS rows, sum(byte_count)::text AS bytes, \
-                    count(DISTINCT fragment_count) AS distinct_counts, \
-                    (SELECT status FROM nifi_ops.load_run WHERE run_id = $1) AS run_status \
-               FROM chunks"
-        ))
-        .bind(run_id)
-        .bind(pid)
-        .bind(r.chunk_index)
-        .bind(&r.fragment_identifier)
-        .bind(r.chunk_count)
-        .bind(&r.hdfs_path)
-        .bind(r.record_count)
-        .bind(r.byte_count)
-        .fetch_one(&mut *conn)
-        .await?;
-        let part_status = part.status()?;
-        if part_status == PartitionStatus::Success && a.changed {
+        // §4.7 steps 2–8 as `report_chunk_alone` runs them, now inside this transaction and
+        // whatever the gate says.
+        let rec = record_chunk(conn, run_id, pid, r, Recording::InDecision).await?;
+        let (part_status, run_status) = rec.statuses()?;
+        if part_status == PartitionStatus::Success && rec.changed != Some(false) {
             return Err(LedgerError::ChunkConflict);
         }
-        let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
-        let agg = ChunkAggregate {
-            files: a.files,
-            lo: a.lo,
-            hi: a.hi,
-            rows: a.rows.parse().map_err(|_| corrupt("rows"))?,
-            bytes: a
-                .bytes
-                .map(|b| b.parse())
-                .transpose()
-                .map_err(|_| corrupt("bytes"))?,
-            distinct_counts: a.distinct_counts,
-        };
-        let run_status = parse_run_status(&a.run_status)?;
+        let agg = rec.aggregate()?;
         let mut out = ChunkOutcome {
             recorded: true,
             partition_status: part_status,
@@ -230,7 +290,10 @@ impl Ledger {
             // Recorded only: late chunks still count for cleanup accounting.
             out.result = ChunkResult::Ignored;
         } else if gate_due(&agg, r.chunk_count.into()) {
-            match judge_chunk_gate(&agg, r.chunk_count.into(), part.expected_row_count) {
+            let expected_rows = rec
+                .expected_row_count
+                .ok_or_else(|| LedgerError::Corrupt("expected rows".into()))?;
+            match judge_chunk_gate(&agg, r.chunk_count.into(), expected_rows) {
                 GateVerdict::Success => {
                     self.partition_succeeded(conn, &run, pid, r, &agg, &mut out)
                         .await?
@@ -393,36 +456,5 @@ impl Ledger {
             .insert(conn)
             .await?;
         Ok(())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunk_paths_must_stay_below_the_run_directory() {
-        let root = Some("/data/J/run_id=1");
-        assert!(path_inside_run(
-            root,
-            "/data/J/run_id=1/p=0000/part-0.parquet"
-        ));
-        assert!(path_inside_run(root, "/data/J/run_id=1/x"));
-        assert!(!path_inside_run(root, "/data/J/run_id=1"));
-        assert!(!path_inside_run(root, "/data/J/run_id=10/x"));
-        assert!(!path_inside_run(root, "/data/J/run_id=1/../run_id=2/x"));
-        assert!(!path_inside_run(None, "/data/J/run_id=1/x"));
-        // Aliases of one file, and the run directory itself, are refused.
-        for alias in [
-            "/data/J/run_id=1/p//f",
-            "/data/J/run_id=1/p/./f",
-            "/data/J/run_id=1/./p/f",
-            "/data/J/run_id=1//p/f",
-            "/data/J/run_id=1/",
-            "/data/J/run_id=1/p/",
-        ] {
-            assert!(!path_inside_run(root, alias), "{alias}");
-        }
-        assert!(path_inside_run(root, "/data/J/run_id=1/p/f"));
     }
 }

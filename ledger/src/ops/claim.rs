@@ -27,7 +27,6 @@ pub(crate) struct PartitionLockRow {
     pub run_status: String,
     pub claim_token: Option<Uuid>,
     pub attempt_count: i32,
-    pub expected_row_count: i64,
 }
 
 impl PartitionLockRow {
@@ -72,7 +71,7 @@ pub(crate) async fn lock_partition(
     pid: &str,
 ) -> LedgerResult<PartitionLockRow> {
     sqlx::query_as(
-        "SELECT status, claim_token, attempt_count, expected_row_count, \
+        "SELECT status, claim_token, attempt_count, \
                 (SELECT status FROM nifi_ops.load_run WHERE run_id = $1) AS run_status \
            FROM nifi_ops.load_partition WHERE run_id = $1 AND partition_id = $2 FOR UPDATE",
     )

@@ -1,0 +1,246 @@
+//! Issue 30 item 1: a chunk report that decides nothing is one round trip to PostgreSQL
+//! (`nifi_ops.record_chunk` on its own, migration 20261203000011), counted on the wire by a
+//! forwarder between the ledger and the server; the report that completes the partition decides
+//! in a transaction of its own. And the run-directory rule (§4.7 step 4), which now lives in that
+//! function, refuses every alias of a file and nothing else.
+use ledger::{ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus};
+use testkit::{RoundTrips, TestDb, manifest, new_run};
+use uuid::Uuid;
+
+fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
+    ChunkReport {
+        claim_token: token,
+        chunk_index: index,
+        chunk_count: count,
+        fragment_identifier: None,
+        hdfs_path: path,
+        record_count: 10,
+        byte_count: Some(100),
+    }
+}
+
+#[tokio::test]
+async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
+    let db = TestDb::fresh().await;
+    let wire = RoundTrips::start(&db.url).await;
+    // One connection: every statement of the ledger passes the forwarder on it.
+    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
+        .await
+        .expect("connect the ledger through the forwarder");
+    let created = ledger.create_run(&new_run("round-trips")).await.unwrap();
+    let run = created.run_id;
+    ledger
+        .register_manifest(run, &manifest(&[40, 40]))
+        .await
+        .unwrap();
+    let token = Uuid::new_v4();
+    for pid in ["0000", "0001"] {
+        assert!(
+            ledger
+                .claim_partition(run, pid, token, "nifi-01")
+                .await
+                .unwrap()
+                .claimed
+        );
+    }
+    let path = |pid: &str, i: i32| format!("{}/p={pid}/part-{i}.parquet", created.hdfs_run_path);
+    // The first report prepares the statement on the connection (a Parse/Describe exchange of
+    // its own, once per connection): measured from the second on.
+    let first = ledger
+        .report_chunk(run, "0000", &report(token, 0, 4, path("0000", 0)))
+        .await
+        .unwrap();
+    assert_eq!(first.result, ChunkResult::Progress);
+    let mut sent = Vec::new();
+    for (i, replay) in [(1, false), (1, true), (2, false)] {
+        let before = wire.statements();
+        let out = ledger
+            .report_chunk(run, "0000", &report(token, i, 4, path("0000", i)))
+            .await
+            .unwrap();
+        sent.push(wire.statements() - before);
+        assert_eq!(
+            (
+                out.result,
+                out.partition_status,
+                out.run_status,
+                out.received_chunks
+            ),
+            (
+                ChunkResult::Progress,
+                PartitionStatus::Running,
+                RunStatus::Extracting,
+                i64::from(i) + 1
+            ),
+            "chunk {i} (replay: {replay})"
+        );
+    }
+    assert_eq!(
+        sent,
+        vec![1, 1, 1],
+        "statements per progress report (a new chunk, its identical replay, the next chunk)"
+    );
+    // Refusals are answered from the same one statement, writing nothing.
+    let before = wire.statements();
+    let refused = ledger
+        .report_chunk(run, "0000", &report(Uuid::new_v4(), 3, 4, path("0000", 3)))
+        .await;
+    assert!(
+        matches!(refused, Err(LedgerError::ClaimMismatch)),
+        "{refused:?}"
+    );
+    assert_eq!(wire.statements() - before, 1, "a refusal's statements");
+
+    // The last chunk of a partition decides: the one-statement try finds the gate due and writes
+    // nothing, then the decision runs as a transaction (BEGIN … COMMIT) of several statements.
+    let before = wire.statements();
+    let done = ledger
+        .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
+        .await
+        .unwrap();
+    let decision = wire.statements() - before;
+    assert_eq!(
+        (done.result, done.partition_status, done.run_status),
+        (
+            ChunkResult::PartitionSuccess,
+            PartitionStatus::Success,
+            RunStatus::Extracting
+        )
+    );
+    assert!(
+        decision > 3,
+        "the deciding report sent {decision} statements"
+    );
+    // A report to the succeeded partition that changes a chunk is a conflict, decided (and rolled
+    // back) in a transaction; its identical replay is answered in one statement.
+    let mut changed = report(token, 3, 4, path("0000", 3));
+    changed.record_count = 11;
+    assert!(matches!(
+        ledger.report_chunk(run, "0000", &changed).await,
+        Err(LedgerError::ChunkConflict)
+    ));
+    // (The first replay after it also carries the conflict's ROLLBACK, which sqlx sends when the
+    // connection is next used: measured on the second.)
+    ledger
+        .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
+        .await
+        .unwrap();
+    let before = wire.statements();
+    let replay = ledger
+        .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            replay.result,
+            replay.partition_status,
+            wire.statements() - before
+        ),
+        (ChunkResult::Ignored, PartitionStatus::Success, 1)
+    );
+    // The other partition completes the run, exactly once.
+    for i in 0..4 {
+        let out = ledger
+            .report_chunk(run, "0001", &report(token, i, 4, path("0001", i)))
+            .await
+            .unwrap();
+        let expected = if i == 3 {
+            ChunkResult::RunComplete
+        } else {
+            ChunkResult::Progress
+        };
+        assert_eq!(out.result, expected, "chunk {i} of 0001");
+    }
+    let mut conn = db.conn().await;
+    let (status, files, records): (String, i64, i64) = sqlx::query_as(
+        "SELECT r.status, (SELECT count(*) FROM nifi_ops.load_file f WHERE f.run_id = r.run_id), \
+                (SELECT sum(record_count)::bigint FROM nifi_ops.load_file f WHERE f.run_id = r.run_id) \
+           FROM nifi_ops.load_run r WHERE r.run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), files, records),
+        ("EXTRACTED_VALIDATED", 8, 80),
+        "the conflicting report wrote nothing"
+    );
+}
+
+#[tokio::test]
+async fn the_run_directory_rule_refuses_every_alias_and_nothing_else() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let created = ledger.create_run(&new_run("paths")).await.unwrap();
+    let run = created.run_id;
+    ledger
+        .register_manifest(run, &manifest(&[1_000]))
+        .await
+        .unwrap();
+    let token = Uuid::new_v4();
+    ledger
+        .claim_partition(run, "0000", token, "nifi-01")
+        .await
+        .unwrap();
+    let root = created.hdfs_run_path.as_str();
+    let accepted = [
+        format!("{root}/p=0000/part-0.parquet"),
+        format!("{root}/x"),
+        format!("{root}/p/f"),
+        format!("{root}/a/b/c/d.parquet"),
+        format!("{root}/..x/f"),
+        format!("{root}/.hidden"),
+    ];
+    let refused = [
+        root.to_string(),
+        format!("{root}/"),
+        format!("{root}0/x"),
+        format!("{root}x/part.parquet"),
+        format!("{root}/../run_id=2/x"),
+        format!("{root}/p/../f"),
+        format!("{root}/p/.."),
+        format!("{root}/p//f"),
+        format!("{root}/p/./f"),
+        format!("{root}/./p/f"),
+        format!("{root}//p/f"),
+        format!("{root}/p/"),
+        "/data/other/x".to_string(),
+        format!("x{root}/f"),
+    ];
+    for (i, path) in accepted.iter().enumerate() {
+        let out = ledger
+            .report_chunk(run, "0000", &report(token, i as i32, 100, path.clone()))
+            .await;
+        assert!(
+            matches!(&out, Ok(o) if o.result == ChunkResult::Progress),
+            "{path}: {out:?}"
+        );
+    }
+    for (i, path) in refused.iter().enumerate() {
+        let out = ledger
+            .report_chunk(
+                run,
+                "0000",
+                &report(token, 50 + i as i32, 100, path.clone()),
+            )
+            .await;
+        assert!(
+            matches!(out, Err(LedgerError::HdfsPathOutsideRun)),
+            "{path}: {out:?}"
+        );
+    }
+    let mut conn = db.conn().await;
+    let stored: Vec<String> = sqlx::query_scalar(
+        "SELECT hdfs_path FROM nifi_ops.load_file WHERE run_id = $1 ORDER BY chunk_index",
+    )
+    .bind(run)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        stored,
+        accepted.to_vec(),
+        "only the accepted paths are recorded"
+    );
+}
