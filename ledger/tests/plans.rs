@@ -355,3 +355,37 @@ async fn no_index_repeats_the_primary_key_lead() {
     .unwrap();
     assert_eq!(gone, 0, "the duplicate indexes stay dropped");
 }
+
+/// Issue 26: every foreign key of the ledger has an index leading with its columns, in order
+/// (partial indexes count: the check's equality implies `IS NOT NULL`). Without one, deleting a
+/// referenced row (history retention, §7.2 rule 7, deletes runs) scans the referencing table
+/// once per row: `load_run.retry_of_run_id` had none, and each run deleted read every run.
+#[tokio::test]
+async fn every_foreign_key_has_an_index() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    let bare: Vec<(String, String)> = sqlx::query_as(
+        "SELECT c.conrelid::regclass::text, pg_get_constraintdef(c.oid) \
+           FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace AND n.nspname = 'nifi_ops' \
+          WHERE c.contype = 'f' \
+            AND NOT EXISTS (SELECT 1 FROM pg_index i \
+                             WHERE i.indrelid = c.conrelid \
+                               AND (i.indkey::int2[])[0:cardinality(c.conkey) - 1] = c.conkey) \
+          ORDER BY 1, 2",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert!(bare.is_empty(), "foreign keys without an index: {bare:?}");
+    let (checked,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM pg_constraint c JOIN pg_namespace n ON n.oid = c.connamespace \
+          WHERE n.nspname = 'nifi_ops' AND c.contype = 'f'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert!(
+        checked >= 5,
+        "the ledger's foreign keys were found: {checked}"
+    );
+}
