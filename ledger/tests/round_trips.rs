@@ -30,11 +30,11 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
     let created = ledger.create_run(&new_run("round-trips")).await.unwrap();
     let run = created.run_id;
     ledger
-        .register_manifest(run, &manifest(&[40, 40]))
+        .register_manifest(run, &manifest(&[40, 40, 10]))
         .await
         .unwrap();
     let token = Uuid::new_v4();
-    for pid in ["0000", "0001"] {
+    for pid in ["0000", "0001", "0002"] {
         assert!(
             ledger
                 .claim_partition(run, pid, token, "nifi-01")
@@ -138,6 +138,19 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
         ),
         (ChunkResult::Ignored, PartitionStatus::Success, 1)
     );
+    // A partition of one chunk: its only report decides, so it goes to the deciding transaction
+    // at once (one statement fewer than a last chunk, which tries alone first).
+    let before = wire.statements();
+    let single = ledger
+        .report_chunk(run, "0002", &report(token, 0, 1, path("0002", 0)))
+        .await
+        .unwrap();
+    assert_eq!(single.result, ChunkResult::PartitionSuccess);
+    assert_eq!(
+        wire.statements() - before,
+        decision - 1,
+        "a single chunk's statements, the last of four's less the one-statement try"
+    );
     // The other partition completes the run, exactly once.
     for i in 0..4 {
         let out = ledger
@@ -163,7 +176,7 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
     .unwrap();
     assert_eq!(
         (status.as_str(), files, records),
-        ("EXTRACTED_VALIDATED", 8, 80),
+        ("EXTRACTED_VALIDATED", 9, 90),
         "the conflicting report wrote nothing"
     );
 }
