@@ -1070,6 +1070,15 @@ def main():
 
     for walk in range(args.walks):
         fuzzer.lifecycle(walk)
+    # The end of a run is reached down random branches (a stage validation fails at random, a
+    # PUBLISH_UNKNOWN is resolved either way), so a seed can leave its operations short of
+    # accepted cases: walks down the branches that end in SUCCESS (walk 2) and in a resolved
+    # PUBLISH_UNKNOWN (walk 1) top them up, a bounded number of times.
+    late = (SUCCESS, RESOLVE, PUB_RESULT)
+    for extra in range(24):
+        if all(fuzzer.stats.get(label, {}).get("accepted", 0) >= MIN_EACH for label in late):
+            break
+        fuzzer.lifecycle(2 if extra % 2 == 0 else 1)
     fuzzer.parked()
     lifecycle_cases = sum(s["cases"] for s in fuzzer.stats.values())
     # At least 20 cases per operation and generation mode; operations without parameters run
