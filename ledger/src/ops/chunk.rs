@@ -237,11 +237,13 @@ impl Ledger {
                     return Err(e);
                 }
                 Ok(rec) => {
-                    if let Some(o) = &self.lock_wait {
-                        o.observe(rec.lock_wait_seconds);
-                    }
+                    // One observation per report: a report that goes on to decide is observed
+                    // by its transaction's run lock.
                     if rec.outcome == "DECIDE" {
                         return Ok(None);
+                    }
+                    if let Some(o) = &self.lock_wait {
+                        o.observe(rec.lock_wait_seconds);
                     }
                     let (partition_status, run_status) = rec.statuses()?;
                     return Ok(Some(ChunkOutcome {
