@@ -234,10 +234,9 @@ async fn unacknowledged_dispatches_are_requeued_then_dead() {
     assert_eq!(env.events(run, "DISPATCH_DEAD").await, 1);
 }
 
-#[tokio::test]
-async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unknown() {
-    let env = Env::start(|_| {}).await;
-    let (run, dispatch) = env.validated("K").await;
+/// A run in STAGE_VALIDATING whose heartbeat is three hours old (rule 4's stuck run).
+async fn stuck_in_validation(env: &Env, bk: &str) -> Uuid {
+    let (run, dispatch) = env.validated(bk).await;
     env.ledger
         .start_validation(run, dispatch, "n")
         .await
@@ -247,6 +246,13 @@ async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unkno
         run,
     )
     .await;
+    run
+}
+
+#[tokio::test]
+async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unknown() {
+    let env = Env::start(|_| {}).await;
+    let run = stuck_in_validation(&env, "K").await;
     assert_eq!(sweep(&env).await.actions.get("stale_alert"), Some(&1));
     assert_eq!(
         sweep(&env).await.actions.get("stale_alert"),
@@ -994,18 +1000,6 @@ async fn run_row_lockable(env: &Env, run: Uuid) -> Result<(), sqlx::Error> {
 #[tokio::test]
 async fn a_tick_costs_the_same_statements_for_two_stuck_runs_or_twelve() {
     let env = Env::start(|_| {}).await;
-    let stuck = async |bk: String| {
-        let (run, dispatch) = env.validated(&bk).await;
-        env.ledger
-            .start_validation(run, dispatch, "n")
-            .await
-            .unwrap();
-        env.exec(
-            "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '3 hours' WHERE run_id = $1",
-            run,
-        )
-        .await;
-    };
     let wire = testkit::RoundTrips::start(&env.db.url).await;
     let ledger = ledger::Ledger::connect(&wire.url, 1, 0, env.config.ledger_config())
         .await
@@ -1022,7 +1016,7 @@ async fn a_tick_costs_the_same_statements_for_two_stuck_runs_or_twelve() {
     let mut statements = Vec::new();
     for (bk, n) in [("A", 2), ("B", 10)] {
         for i in 0..n {
-            stuck(format!("{bk}{i}")).await;
+            stuck_in_validation(&env, &format!("{bk}{i}")).await;
         }
         assert_eq!(tick().await.0, n, "the new stuck runs are alerted");
         let (alerts, sent) = tick().await;
