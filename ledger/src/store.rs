@@ -311,6 +311,46 @@ macro_rules! transaction {
 }
 pub(crate) use transaction;
 
+/// `$body` on a pooled connection without BEGIN: one statement on its own is its own
+/// transaction, so a decision that a server-side function makes whole (a chunk report's
+/// progress, a claim) costs one round trip. Retried like [`transaction!`] on a deadlock or a
+/// serialization failure, and also on a lost connection: unlike a BEGIN, such a statement may
+/// have committed before its connection was lost, so only a statement whose repetition finds
+/// its own write and answers the same may run here.
+macro_rules! alone {
+    ($ledger:expr, |$conn:ident| $body:expr) => {{
+        let ledger: &$crate::store::Ledger = $ledger;
+        let mut attempt: u32 = 0;
+        loop {
+            if attempt == 0
+                && let Err(e) = ledger.admit_write().await
+            {
+                break Err(e);
+            }
+            attempt += 1;
+            let outcome: $crate::error::LedgerResult<_> = async {
+                let mut pooled = ledger.pool.acquire().await?;
+                let $conn: &mut sqlx::PgConnection = &mut pooled;
+                $body.await
+            }
+            .await;
+            match outcome {
+                Err(e) if attempt < ledger.config.tx_attempts && ledger.lost_connection(&e) => {}
+                Err(e) if e.is_retryable() && attempt < ledger.config.tx_attempts => {
+                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
+                    tokio::time::sleep($crate::store::Ledger::backoff(attempt)).await;
+                }
+                Err(e) => {
+                    ledger.observe_error(&e);
+                    break Err(e);
+                }
+                ok => break ok,
+            }
+        }
+    }};
+}
+pub(crate) use alone;
+
 /// How a transaction holds its run (§3.10, §5.3 rule 2).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum RunLock {
@@ -487,7 +527,8 @@ impl Ledger {
         // update PostgreSQL records as a key update (every run-changing operation's, which locks
         // the row `FOR UPDATE` first) and otherwise locks the version it saw: a status changed by
         // a report's completion (§5.3 rule 3) may be older here. Reports and claims therefore
-        // decide on and answer the status re-read after their locks (`claim::run_status_after_locks`).
+        // decide on and answer the status re-read after their locks (`nifi_ops.claim_partition`,
+        // migration 20261204000013, says why).
         let query = match mode {
             RunLock::Shared => SHARED_RUN_LOCK.as_str(),
             RunLock::Exclusive => EXCLUSIVE_RUN_LOCK.as_str(),

@@ -173,6 +173,11 @@ const GUARDS: &[Guard] = &[
                 "FROM nifi_ops.load_partition p \
                  WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
             ),
+            Code::Migration(
+                "20261204000013_claim_partition_function.sql",
+                "FROM nifi_ops.load_partition p \
+                 WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
+            ),
         ],
     },
     // ... and the recount in a statement of its own, after the wait for the run row.
@@ -711,6 +716,23 @@ impl<'ast> Visit<'ast> for Function {
         visit::visit_expr_method_call(self, call);
     }
 
+    // A `const` statement named by the code (`sqlx::query_as(CLAIM_PARTITION)`).
+    fn visit_expr_path(&mut self, p: &'ast syn::ExprPath) {
+        if let Some(name) = p.path.get_ident().map(ToString::to_string)
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+        {
+            self.calls.insert(name);
+        }
+        visit::visit_expr_path(self, p);
+    }
+
+    // A server-side function called by the SQL (`nifi_ops.claim_partition(…)`).
+    fn visit_lit_str(&mut self, s: &'ast syn::LitStr) {
+        self.calls.extend(sql_calls(&s.value()));
+    }
+
     fn visit_macro(&mut self, mac: &'ast syn::Macro) {
         if let Ok(args) = mac.parse_body_with(
             syn::punctuated::Punctuated::<syn::Expr, syn::Token![,]>::parse_terminated,
@@ -753,7 +775,119 @@ fn file_functions(source: &str) -> Vec<(String, bool, Function)> {
     let file = syn::parse_file(source).unwrap_or_else(|e| panic!("not Rust: {e}"));
     let mut collector = Collector::default();
     collector.visit_file(&file);
+    // A `const` holding a statement is scanned like a function: what its SQL calls.
+    for item in &file.items {
+        if let syn::Item::Const(c) = item {
+            let mut f = Function::default();
+            f.visit_expr(&c.expr);
+            collector.found.push((c.ident.to_string(), false, f));
+        }
+    }
     collector.found
+}
+
+/// The server-side functions of `nifi_ops` that a piece of SQL calls, as `nifi_ops.<name>`.
+fn sql_calls(sql: &str) -> Vec<String> {
+    sql.match_indices("nifi_ops.")
+        .filter_map(|(at, marker)| {
+            let rest = &sql[at + marker.len()..];
+            let end =
+                rest.find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))?;
+            rest[end..]
+                .starts_with('(')
+                .then(|| format!("nifi_ops.{}", &rest[..end]))
+        })
+        .collect()
+}
+
+/// Text split at the commas outside parentheses and quotes.
+fn top_level_items(text: &str) -> Vec<String> {
+    let (mut items, mut current, mut depth, mut quoted) = (Vec::new(), String::new(), 0i32, false);
+    for c in text.chars() {
+        match c {
+            '\'' => quoted = !quoted,
+            '(' if !quoted => depth += 1,
+            ')' if !quoted => depth -= 1,
+            ',' if !quoted && depth == 0 => {
+                items.push(current.trim().to_string());
+                current.clear();
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    items.push(current.trim().to_string());
+    items
+}
+
+/// The text inside the parentheses that open at the start of `text`.
+fn parenthesized(text: &str) -> Option<&str> {
+    let text = text.trim_start().strip_prefix('(')?;
+    let mut depth = 1;
+    for (i, c) in text.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some(&text[..i]);
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The server-side functions of `nifi_ops` that the migrations create (the newest definition of
+/// each), with the events they write: the literal `event_name` of each
+/// `INSERT INTO nifi_ops.load_event (…) VALUES (…)` in the function's body. An event name that is
+/// not a literal fails here: the mapping could not see it.
+fn sql_functions() -> BTreeMap<String, BTreeSet<String>> {
+    let mut files: Vec<_> = std::fs::read_dir(repo().join("migrations"))
+        .expect("migrations")
+        .map(|e| e.expect("directory entry").path())
+        .collect();
+    files.sort();
+    let mut functions = BTreeMap::new();
+    for file in files {
+        let sql: String = read(&file)
+            .lines()
+            .map(|l| l.split("--").next().unwrap_or(""))
+            .collect::<Vec<_>>()
+            .join("\n");
+        for (at, marker) in sql.match_indices("CREATE OR REPLACE FUNCTION nifi_ops.") {
+            let rest = &sql[at + marker.len()..];
+            let name = &rest[..rest.find('(').expect("a function has parameters")];
+            let body = rest.split("$$").nth(1).expect("a function body in $$ … $$");
+            let mut events = BTreeSet::new();
+            for (i, insert) in body.match_indices("INSERT INTO nifi_ops.load_event") {
+                let after = &body[i + insert.len()..];
+                let columns = parenthesized(after).expect("an event insert names its columns");
+                let values_at = after.find("VALUES").expect("an event insert has VALUES");
+                let values = parenthesized(&after[values_at + "VALUES".len()..])
+                    .expect("an event insert's values");
+                let columns = top_level_items(columns);
+                let values = top_level_items(values);
+                let at = columns
+                    .iter()
+                    .position(|c| c == "event_name")
+                    .unwrap_or_else(|| panic!("nifi_ops.{name}: an event without event_name"));
+                let event = values[at].trim_matches('\'');
+                assert!(
+                    !event.is_empty()
+                        && event.chars().all(event_char)
+                        && values[at].starts_with('\''),
+                    "nifi_ops.{name}: the event name `{}` is not a literal",
+                    values[at]
+                );
+                events.insert(event.to_string());
+            }
+            functions.insert(format!("nifi_ops.{name}"), events);
+        }
+    }
+    functions
 }
 
 /// The strings of a source file's `const RULES` (the sweeper's rules, in order).
@@ -783,6 +917,15 @@ fn sweeper_rules(source: &str) -> Vec<String> {
 /// with the events it writes, its helpers' included.
 fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
     let mut functions: BTreeMap<String, Function> = BTreeMap::new();
+    for (name, events) in sql_functions() {
+        functions.insert(
+            name,
+            Function {
+                events,
+                calls: BTreeSet::new(),
+            },
+        );
+    }
     let mut operations: BTreeMap<String, String> = BTreeMap::new(); // operation -> function
     for file in ops_files() {
         let text = read(&file);
@@ -833,9 +976,9 @@ fn ledger_operations() -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-/// Every event name the ledger can write.
+/// Every event name the ledger can write (its own server-side functions' included).
 fn ledger_events() -> BTreeSet<String> {
-    let mut events = BTreeSet::new();
+    let mut events: BTreeSet<String> = sql_functions().into_values().flatten().collect();
     let mut dirs = vec![repo().join("ledger/src")];
     while let Some(dir) = dirs.pop() {
         for entry in std::fs::read_dir(&dir).expect("ledger sources") {
@@ -870,6 +1013,14 @@ fn the_scanners_find_what_the_ledger_has() {
         );
     }
     assert!(ops["report_chunk"].contains("PARTITION_SUCCESS"));
+    // Written by the server-side function the operation calls (through the const holding its
+    // statement).
+    assert!(
+        ops["claim_partition"].contains("PARTITION_STARTED"),
+        "{:?}",
+        ops["claim_partition"]
+    );
+    assert!(sql_functions().contains_key("nifi_ops.record_chunk"));
     assert!(ops["sweep.stale_partitions"].contains("RECOVERY_REISSUED"));
     let events = ledger_events();
     assert!(events.len() >= 20, "{events:?}");

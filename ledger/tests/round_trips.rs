@@ -1,8 +1,10 @@
 //! Issue 30 item 1: a chunk report that decides nothing is one round trip to PostgreSQL
 //! (`nifi_ops.record_chunk` on its own, migration 20261203000011), counted on the wire by a
 //! forwarder between the ledger and the server; the report that completes the partition decides
-//! in a transaction of its own. And the run-directory rule (§4.7 step 4), which now lives in that
-//! function, refuses every alias of a file and nothing else.
+//! in a transaction of its own. A claim, whatever it answers, is one round trip too
+//! (`nifi_ops.claim_partition`, migration 20261204000013), and still writes its event with it.
+//! And the run-directory rule (§4.7 step 4), which now lives in record_chunk, refuses every alias
+//! of a file and nothing else.
 use ledger::{ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus};
 use testkit::{RoundTrips, TestDb, manifest, new_run};
 use uuid::Uuid;
@@ -256,4 +258,115 @@ async fn the_run_directory_rule_refuses_every_alias_and_nothing_else() {
         accepted.to_vec(),
         "only the accepted paths are recorded"
     );
+}
+
+#[tokio::test]
+async fn a_claim_is_one_round_trip_whatever_it_answers() {
+    let db = TestDb::fresh().await;
+    let wire = RoundTrips::start(&db.url).await;
+    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
+        .await
+        .expect("connect the ledger through the forwarder");
+    let created = ledger.create_run(&new_run("claim-trips")).await.unwrap();
+    let run = created.run_id;
+    ledger
+        .register_manifest(run, &manifest(&[10, 10, 10]))
+        .await
+        .unwrap();
+    let token = Uuid::new_v4();
+    // The first claim prepares the statement on the connection: measured from the second on.
+    ledger
+        .claim_partition(run, "0000", token, "nifi-01")
+        .await
+        .unwrap();
+    let other = Uuid::new_v4();
+    let mut answers = Vec::new();
+    for (pid, t, what) in [
+        ("0001", token, "a new claim"),
+        ("0001", token, "its replay (the answer was lost)"),
+        (
+            "0001",
+            other,
+            "another worker's claim of a running partition",
+        ),
+    ] {
+        let before = wire.statements();
+        let out = ledger
+            .claim_partition(run, pid, t, "nifi-02")
+            .await
+            .unwrap();
+        assert_eq!(wire.statements() - before, 1, "statements of {what}");
+        answers.push((
+            out.claimed,
+            out.partition_status,
+            out.run_status,
+            out.attempt,
+        ));
+    }
+    let running = (PartitionStatus::Running, RunStatus::Extracting, 1);
+    assert_eq!(
+        answers,
+        vec![
+            (true, running.0, running.1, running.2),
+            (true, running.0, running.1, running.2),
+            (false, running.0, running.1, running.2),
+        ]
+    );
+    let before = wire.statements();
+    let missing = ledger.claim_partition(run, "0009", token, "nifi-02").await;
+    assert!(
+        matches!(missing, Err(LedgerError::PartitionNotFound)),
+        "{missing:?}"
+    );
+    let unknown = ledger
+        .claim_partition(Uuid::new_v4(), "0000", token, "nifi-02")
+        .await;
+    assert!(
+        matches!(unknown, Err(LedgerError::RunNotFound)),
+        "{unknown:?}"
+    );
+    assert_eq!(wire.statements() - before, 2, "statements of two refusals");
+
+    // The claim's event is written with it, once per claim that took the partition: not by the
+    // replay, not by the refused claim.
+    let mut conn = db.conn().await;
+    let events: Vec<(
+        String,
+        String,
+        Option<String>,
+        String,
+        String,
+        serde_json::Value,
+    )> = sqlx::query_as(
+        "SELECT event_level, event_name, partition_id, job_key, processor_name, details \
+               FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'PARTITION_STARTED' \
+              ORDER BY event_id",
+    )
+    .bind(run)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let started = |pid: &str, worker: &str| {
+        (
+            "INFO".to_string(),
+            "PARTITION_STARTED".to_string(),
+            Some(pid.to_string()),
+            new_run("claim-trips").job_key,
+            "partition_started".to_string(),
+            serde_json::json!({"workerNode": worker, "attempt": 1}),
+        )
+    };
+    assert_eq!(
+        events,
+        vec![started("0000", "nifi-01"), started("0001", "nifi-02")]
+    );
+    let (worker, owner, attempts): (String, Uuid, i32) = sqlx::query_as(
+        "SELECT worker_node, claim_token, attempt_count FROM nifi_ops.load_partition \
+          WHERE run_id = $1 AND partition_id = '0001'",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!((worker.as_str(), owner, attempts), ("nifi-02", token, 1));
 }

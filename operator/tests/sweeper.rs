@@ -729,21 +729,27 @@ async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
     // A sweeper-like transaction holds the dispatch row.
     let mut holder = env.conn().await;
     let mut tx = holder.begin().await.unwrap();
-    sqlx::query("SELECT 1 FROM nifi_ops.load_dispatch WHERE run_id = $1 FOR UPDATE")
-        .bind(run)
-        .execute(&mut *tx)
-        .await
-        .unwrap();
+    let (holder_pid,): (i32,) = sqlx::query_as(
+        "SELECT pg_backend_pid() FROM nifi_ops.load_dispatch WHERE run_id = $1 FOR UPDATE",
+    )
+    .bind(run)
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
     let ledger = env.ledger.clone();
     let claim = tokio::spawn(async move {
         ledger
             .claim_partition(run, "0001", uuid::Uuid::new_v4(), "nifi-02")
             .await
     });
-    // Wait until the claim is blocked on the dispatch row.
+    // Wait until the claim (one statement, `nifi_ops.claim_partition`) is blocked by the holder,
+    // whose only lock is the dispatch row's.
     await_waiting(
         &env,
-        "wait_event_type = 'Lock' AND query LIKE 'UPDATE nifi_ops.load_dispatch SET status = ''ACKED''%'",
+        &format!(
+            "wait_event_type = 'Lock' AND query LIKE '%nifi_ops.claim_partition(%' \
+             AND pg_blocking_pids(pid) = ARRAY[{holder_pid}]"
+        ),
     )
     .await;
     let locked = run_row_lockable(&env, run).await;

@@ -10,7 +10,7 @@ use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, run_heartbeat_cte, run_lock_key, transaction};
+use crate::store::{Ledger, RunLock, alone, run_heartbeat_cte, run_lock_key, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -70,7 +70,7 @@ struct RecordedChunk {
     outcome: String,
     partition_status: Option<String>,
     /// The run's status read after the run and partition locks were granted (what the report
-    /// decides on and answers, see `claim::run_status_after_locks`).
+    /// decides on and answers; `nifi_ops.claim_partition` says why).
     run_status: Option<String>,
     expected_row_count: Option<i64>,
     /// The chunk was new, or differs from the stored one (a conflict once the partition is done).
@@ -217,53 +217,37 @@ impl Ledger {
         pid: &str,
         r: &ChunkReport,
     ) -> LedgerResult<Option<ChunkOutcome>> {
-        self.admit_write().await?;
-        let mut attempt: u32 = 0;
-        loop {
-            attempt += 1;
-            let recorded: LedgerResult<RecordedChunk> = async {
-                let mut conn = self.pool.acquire().await?;
-                record_chunk(&mut conn, run_id, pid, r, Recording::Alone).await
-            }
-            .await;
-            match recorded {
-                Err(e) if attempt < self.config.tx_attempts && self.lost_connection(&e) => {}
-                Err(e) if e.is_retryable() && attempt < self.config.tx_attempts => {
-                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
-                    tokio::time::sleep(Ledger::backoff(attempt)).await;
-                }
-                Err(e) => {
-                    self.observe_error(&e);
-                    return Err(e);
-                }
-                Ok(rec) => {
-                    // One observation per report: a report that goes on to decide is observed
-                    // by its transaction's run lock.
-                    if rec.outcome == "DECIDE" {
-                        return Ok(None);
-                    }
-                    if let Some(o) = &self.lock_wait {
-                        o.observe(rec.lock_wait_seconds);
-                    }
-                    let (partition_status, run_status) = rec.statuses()?;
-                    return Ok(Some(ChunkOutcome {
-                        recorded: true,
-                        partition_status,
-                        run_status,
-                        received_chunks: rec.files.unwrap_or_default(),
-                        chunk_count: r.chunk_count,
-                        validation_scheduled: false,
-                        result: if run_status == RunStatus::Extracting
-                            && partition_status == PartitionStatus::Running
-                        {
-                            ChunkResult::Progress
-                        } else {
-                            ChunkResult::Ignored
-                        },
-                    }));
-                }
-            }
+        let rec = alone!(self, |conn| record_chunk(
+            conn,
+            run_id,
+            pid,
+            r,
+            Recording::Alone
+        ))?;
+        // One observation per report: a report that goes on to decide is observed by its
+        // transaction's run lock.
+        if rec.outcome == "DECIDE" {
+            return Ok(None);
         }
+        if let Some(o) = &self.lock_wait {
+            o.observe(rec.lock_wait_seconds);
+        }
+        let (partition_status, run_status) = rec.statuses()?;
+        Ok(Some(ChunkOutcome {
+            recorded: true,
+            partition_status,
+            run_status,
+            received_chunks: rec.files.unwrap_or_default(),
+            chunk_count: r.chunk_count,
+            validation_scheduled: false,
+            result: if run_status == RunStatus::Extracting
+                && partition_status == PartitionStatus::Running
+            {
+                ChunkResult::Progress
+            } else {
+                ChunkResult::Ignored
+            },
+        }))
     }
 
     async fn report_chunk_once(

@@ -1,6 +1,5 @@
 //! `POST /v1/runs/{run_id}/partitions/{partition_id}/fail` (CONTRACT §4.8): the owner's final word
 //! on its partition, which ends an extracting run.
-use super::claim::lock_partition;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, LedgerResult};
 use crate::event::{Event, Level};
@@ -28,6 +27,38 @@ pub struct PartitionFailOutcome {
     pub partition_status: PartitionStatus,
     pub run_status: RunStatus,
     pub changed: bool,
+}
+
+/// The partition row under its lock, which orders its claim, reports and failure.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct PartitionLockRow {
+    pub status: String,
+    pub claim_token: Option<Uuid>,
+}
+
+impl PartitionLockRow {
+    pub fn status(&self) -> LedgerResult<PartitionStatus> {
+        PartitionStatus::parse(&self.status)
+            .ok_or_else(|| LedgerError::Corrupt(format!("partition status {}", self.status)))
+    }
+}
+
+/// Called under the run's exclusive lock, whose `FOR UPDATE` row is current: the run's status is
+/// read from it, not here.
+pub(crate) async fn lock_partition(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    pid: &str,
+) -> LedgerResult<PartitionLockRow> {
+    sqlx::query_as(
+        "SELECT status, claim_token FROM nifi_ops.load_partition \
+          WHERE run_id = $1 AND partition_id = $2 FOR UPDATE",
+    )
+    .bind(run_id)
+    .bind(pid)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or(LedgerError::PartitionNotFound)
 }
 
 impl Ledger {
