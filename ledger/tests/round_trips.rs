@@ -370,3 +370,80 @@ async fn a_claim_is_one_round_trip_whatever_it_answers() {
     .unwrap();
     assert_eq!((worker.as_str(), owner, attempts), ("nifi-02", token, 1));
 }
+
+/// A statement run alone may commit and then lose its connection before the answer arrives: the
+/// ledger repeats it on a new connection (`alone!`), and the repeat must find its own write and
+/// answer the same, writing nothing twice. The fault is injected on the wire: the forwarder lets
+/// the claim (and then a chunk report) run to its end on the server, then closes the connection
+/// without a byte of the answer.
+#[tokio::test]
+async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_same() {
+    let db = TestDb::fresh().await;
+    let wire = RoundTrips::start(&db.url).await;
+    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
+        .await
+        .expect("connect the ledger through the forwarder");
+    let created = ledger.create_run(&new_run("lost-answers")).await.unwrap();
+    let run = created.run_id;
+    ledger
+        .register_manifest(run, &manifest(&[30, 30]))
+        .await
+        .unwrap();
+    let token = Uuid::new_v4();
+    ledger
+        .claim_partition(run, "0000", token, "nifi-01")
+        .await
+        .unwrap();
+
+    wire.lose_next_answer();
+    let claim = ledger
+        .claim_partition(run, "0001", token, "nifi-02")
+        .await
+        .expect("the claim is repeated on a new connection");
+    assert_eq!(wire.answers_lost(), 1, "the claim's answer was lost");
+    assert_eq!(
+        (
+            claim.claimed,
+            claim.partition_status,
+            claim.run_status,
+            claim.attempt
+        ),
+        (true, PartitionStatus::Running, RunStatus::Extracting, 1),
+        "the repeat is answered as the lost answer would have been"
+    );
+
+    let path = |i: i32| format!("{}/p=0001/part-{i}.parquet", created.hdfs_run_path);
+    ledger
+        .report_chunk(run, "0001", &report(token, 0, 3, path(0)))
+        .await
+        .unwrap();
+    wire.lose_next_answer();
+    let progress = ledger
+        .report_chunk(run, "0001", &report(token, 1, 3, path(1)))
+        .await
+        .expect("the report is repeated on a new connection");
+    assert_eq!(wire.answers_lost(), 2, "the report's answer was lost");
+    assert_eq!(
+        (progress.result, progress.received_chunks),
+        (ChunkResult::Progress, 2)
+    );
+
+    let mut conn = db.conn().await;
+    let (started, attempts, files): (i64, i32, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM nifi_ops.load_event e WHERE e.run_id = p.run_id \
+                   AND e.partition_id = p.partition_id AND e.event_name = 'PARTITION_STARTED'), \
+                p.attempt_count, \
+                (SELECT count(*) FROM nifi_ops.load_file f WHERE f.run_id = p.run_id \
+                   AND f.partition_id = p.partition_id) \
+           FROM nifi_ops.load_partition p WHERE p.run_id = $1 AND p.partition_id = '0001'",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (started, attempts, files),
+        (1, 1, 2),
+        "one claim, one event, two chunks: nothing written twice"
+    );
+}

@@ -5,10 +5,14 @@
 //! once per `Query` (a simple-protocol statement such as sqlx's `BEGIN` and `COMMIT`). A `Sync`
 //! that ends an `Execute` is a statement; sqlx also sends a bare `Sync` as its ping when a
 //! connection returns to its pool (after the answer was used), counted apart.
+//!
+//! One fault: [`RoundTrips::lose_next_answer`] lets the next statement reach the server and run
+//! to its end (`ReadyForQuery`: committed, when it ran on its own), then closes the client's
+//! connection without a byte of the answer — a connection lost between the commit and the reply.
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -18,6 +22,10 @@ struct Counts {
     statements: AtomicU64,
     /// Every `Sync` and `Query`: every time the client waited for the server.
     waits: AtomicU64,
+    /// The next statement's answer is to be lost.
+    lose_next: AtomicBool,
+    /// Answers lost so far.
+    lost: AtomicU64,
 }
 
 pub struct RoundTrips {
@@ -72,6 +80,17 @@ impl RoundTrips {
     pub fn waits(&self) -> u64 {
         self.counts.waits.load(Ordering::Acquire)
     }
+
+    /// The next statement, on whichever connection sends it, runs on the server to its end and
+    /// its connection is then closed before any of the answer reaches the client.
+    pub fn lose_next_answer(&self) {
+        self.counts.lose_next.store(true, Ordering::Release);
+    }
+
+    /// How many answers were lost (each [`RoundTrips::lose_next_answer`] that took effect).
+    pub fn answers_lost(&self) -> u64 {
+        self.counts.lost.load(Ordering::Acquire)
+    }
 }
 
 impl Drop for RoundTrips {
@@ -81,11 +100,41 @@ impl Drop for RoundTrips {
 }
 
 async fn forward(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
-    let (client_read, mut client_write) = client.into_split();
-    let (mut server_read, server_write) = server.into_split();
+    let (client_read, client_write) = client.into_split();
+    let (server_read, server_write) = server.into_split();
+    // Set by the client's side when it sends the statement whose answer is to be lost.
+    let losing = Arc::new(AtomicBool::new(false));
     tokio::select! {
-        _ = upstream(client_read, server_write, counts) => {}
-        _ = tokio::io::copy(&mut server_read, &mut client_write) => {}
+        _ = upstream(client_read, server_write, counts.clone(), losing.clone()) => {}
+        _ = downstream(server_read, client_write, counts, losing) => {}
+    }
+}
+
+/// The server's messages to the client, message by message (a type byte and a length each; no
+/// SSL negotiation, which the URL turns off), until an answer is to be lost: then nothing more is
+/// passed on, and once the server is ready for the next query (the statement has ended) the
+/// connection is closed.
+async fn downstream(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    counts: Arc<Counts>,
+    losing: Arc<AtomicBool>,
+) -> std::io::Result<()> {
+    loop {
+        let mut head = [0u8; 5];
+        from.read_exact(&mut head).await?;
+        let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+        let mut body = vec![0u8; n.saturating_sub(4)];
+        from.read_exact(&mut body).await?;
+        if losing.load(Ordering::Acquire) {
+            if head[0] == b'Z' {
+                counts.lost.fetch_add(1, Ordering::AcqRel);
+                return Ok(());
+            }
+            continue;
+        }
+        to.write_all(&head).await?;
+        to.write_all(&body).await?;
     }
 }
 
@@ -94,6 +143,7 @@ async fn upstream(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
     counts: Arc<Counts>,
+    losing: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     // The startup message has no type byte: a length, then the rest.
     let mut len = [0u8; 4];
@@ -115,6 +165,9 @@ async fn upstream(
             b'S' => {
                 if std::mem::take(&mut executed) {
                     counts.statements.fetch_add(1, Ordering::AcqRel);
+                    if counts.lose_next.swap(false, Ordering::AcqRel) {
+                        losing.store(true, Ordering::Release);
+                    }
                 }
                 counts.waits.fetch_add(1, Ordering::AcqRel);
             }
