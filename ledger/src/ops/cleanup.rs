@@ -180,3 +180,41 @@ impl Ledger {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::settings::Thresholds;
+    use std::time::Duration;
+
+    fn jobs(success: &[f64], failed: &[f64]) -> JobThresholds {
+        JobThresholds {
+            by_job: Default::default(),
+            jobs: (0..success.len()).map(|i| format!("JOB_{i}")).collect(),
+            success: success.to_vec(),
+            failed: failed.to_vec(),
+            stale: vec![3600.0; success.len()],
+            validation_stale: vec![3600.0; success.len()],
+        }
+    }
+
+    /// The due window is an index bound that must hold every due run: it opens at the shortest
+    /// retention of any job or of the globals, not later (a due run would be missed) and not
+    /// needlessly earlier (the bound would narrow nothing).
+    #[test]
+    fn the_due_window_opens_at_the_shortest_retention_of_any_job_or_the_globals() {
+        let days = |n: u64| Duration::from_secs(n * 86_400);
+        let global = |success: u64, failed: u64| Thresholds {
+            success_retention: days(success),
+            failed_retention: days(failed),
+            ..Thresholds::default()
+        };
+        let none = jobs(&[], &[]);
+        assert_eq!(min_retention(&none, &global(7, 30)), 7.0 * 86_400.0);
+        assert_eq!(min_retention(&none, &global(30, 2)), 2.0 * 86_400.0);
+        let overrides = jobs(&[10.0 * 86_400.0, 5_400.0], &[7_200.0, 86_400.0]);
+        assert_eq!(min_retention(&overrides, &global(7, 30)), 5_400.0);
+        let failed_shortest = jobs(&[86_400.0], &[900.0]);
+        assert_eq!(min_retention(&failed_shortest, &global(7, 30)), 900.0);
+    }
+}
