@@ -324,3 +324,38 @@ async fn a_claim_that_waited_behind_the_completion_answers_the_completed_run() {
     assert_eq!(out.partition_status, PartitionStatus::Success, "{out:?}");
     assert_eq!(out.attempt, 1);
 }
+
+/// A manifest sent again (NiFi's retry after a lost answer) is answered from the stored
+/// partitions as it was the first time: the partitions to dispatch are those expecting rows, and
+/// the empty ones are counted apart (cargo-mutants: flipping either filter of the replay's answer
+/// survived every test, none of which replayed a manifest with an empty partition).
+#[tokio::test]
+async fn a_replayed_manifest_is_answered_as_it_was_first() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let run = ledger
+        .create_run(&new_run("manifest-replay"))
+        .await
+        .unwrap()
+        .run_id;
+    let m = manifest(&[5, 0, 7, 0]);
+    let first = ledger.register_manifest(run, &m).await.unwrap();
+    let replay = ledger.register_manifest(run, &m).await.unwrap();
+    let ids = |o: &ledger::ManifestOutcome| -> Vec<String> {
+        o.dispatch_partitions
+            .iter()
+            .map(|p| p.partition_id.clone())
+            .collect()
+    };
+    assert_eq!(ids(&first), vec!["0000", "0002"]);
+    assert_eq!(first.empty_partition_count, 2);
+    assert_eq!(
+        (
+            ids(&replay),
+            replay.empty_partition_count,
+            replay.status,
+            replay.validation_scheduled
+        ),
+        (ids(&first), 2, RunStatus::Extracting, false)
+    );
+}
