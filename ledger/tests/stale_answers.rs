@@ -338,7 +338,8 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
         .await
         .unwrap()
         .run_id;
-    let m = manifest(&[5, 0, 7, 0]);
+    // Two partitions to dispatch and one empty: a count of either kind tells the kinds apart.
+    let m = manifest(&[5, 0, 7]);
     let first = ledger.register_manifest(run, &m).await.unwrap();
     let replay = ledger.register_manifest(run, &m).await.unwrap();
     let ids = |o: &ledger::ManifestOutcome| -> Vec<String> {
@@ -348,7 +349,7 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
             .collect()
     };
     assert_eq!(ids(&first), vec!["0000", "0002"]);
-    assert_eq!(first.empty_partition_count, 2);
+    assert_eq!(first.empty_partition_count, 1);
     assert_eq!(
         (
             ids(&replay),
@@ -356,6 +357,6 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
             replay.status,
             replay.validation_scheduled
         ),
-        (ids(&first), 2, RunStatus::Extracting, false)
+        (ids(&first), 1, RunStatus::Extracting, false)
     );
 }
