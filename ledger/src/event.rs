@@ -1,5 +1,5 @@
 //! Rows of `load_event` (CONTRACT §8), always inserted in the transaction of the change they record.
-use crate::error::LedgerResult;
+use crate::error::Result;
 use crate::store::RunRow;
 use crate::text::cut;
 use serde_json::{Value, json};
@@ -145,7 +145,7 @@ impl Event {
         self
     }
 
-    pub async fn insert(self, conn: &mut PgConnection) -> LedgerResult<()> {
+    pub async fn insert(self, conn: &mut PgConnection) -> Result<()> {
         let processor = self
             .processor_name
             .map(str::to_string)

@@ -1,6 +1,6 @@
 //! Schema migrations (CONTRACT §1): embedded from `migrations/`, serialized across processes, and
 //! the schema version they produce written for every process to check (`crate::schema`).
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::schema::{SCHEMA_VERSION, SUPPORTED_SCHEMA, SchemaMismatch, read_version};
 use sqlx::Connection;
 use sqlx::migrate::Migrator;
@@ -21,7 +21,7 @@ const WRITTEN_BY: &str = concat!("load-control ", env!("CARGO_PKG_VERSION"));
 /// missing): an older binary migrating a newer schema it runs on — a rollback's hook — succeeds and
 /// changes nothing. One that does not run on it is refused before anything is applied, with
 /// `SchemaUnsupported` naming both versions.
-pub async fn run_migrations(url: &str) -> LedgerResult<i32> {
+pub async fn run_migrations(url: &str) -> Result<i32> {
     let mut conn = PgConnection::connect(url).await?;
     sqlx::query("SELECT pg_advisory_lock(hashtext('load_control_migrate'))")
         .execute(&mut conn)
@@ -35,7 +35,7 @@ pub async fn run_migrations(url: &str) -> LedgerResult<i32> {
     Ok(version)
 }
 
-async fn migrate_locked(conn: &mut PgConnection) -> LedgerResult<i32> {
+async fn migrate_locked(conn: &mut PgConnection) -> Result<i32> {
     let before = read_version(conn).await?;
     if before > *SUPPORTED_SCHEMA.end() {
         return Err(LedgerError::SchemaUnsupported(SchemaMismatch {

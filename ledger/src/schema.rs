@@ -11,7 +11,7 @@
 //! binary (it only adds: tables, nullable or defaulted columns, indexes), so a binary runs on its
 //! own schema version and on the next one — which is what a rolling upgrade and a rollback of one
 //! release need. Whatever a release stops using is dropped one release later at the earliest.
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::store::Ledger;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
@@ -136,8 +136,8 @@ impl Ledger {
     }
 
     /// The database's schema version, read now (and remembered for the writes that follow).
-    pub async fn schema_version(&self) -> LedgerResult<i32> {
-        let outcome: LedgerResult<i32> = async {
+    pub async fn schema_version(&self) -> Result<i32> {
+        let outcome: Result<i32> = async {
             let mut conn = self.pool.acquire().await?;
             Ok(read_version(&mut conn).await?)
         }
@@ -151,7 +151,7 @@ impl Ledger {
 
     /// Reads the schema version now: `SchemaUnsupported` (naming both versions and what to do)
     /// when this binary does not run on it. At start and in every readiness probe.
-    pub async fn check_schema(&self) -> LedgerResult<i32> {
+    pub async fn check_schema(&self) -> Result<i32> {
         let version = self.schema_version().await?;
         judge(version).map_err(LedgerError::SchemaUnsupported)?;
         Ok(version)
@@ -159,7 +159,7 @@ impl Ledger {
 
     /// Before every write: the last reading if recent, else a new one. No round trip on the hot
     /// path but one per [`SCHEMA_RECHECK`]; a readiness probe refreshes it too.
-    pub(crate) async fn admit_write(&self) -> LedgerResult<()> {
+    pub(crate) async fn admit_write(&self) -> Result<()> {
         let version = match self.schema.fresh() {
             Some(v) => v,
             None => self.schema_version().await?,

@@ -1,7 +1,7 @@
 //! The PostgreSQL store: pool, whole-transaction retries (CONTRACT §3.9) and run locking (§3.10,
 //! §5.3). Every operation in `ops` runs through `transaction!` and takes its locks through here.
 use crate::connections::{DatabaseFault, Retirement};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
@@ -87,7 +87,7 @@ impl Ledger {
         size: u32,
         overflow: u32,
         config: LedgerConfig,
-    ) -> LedgerResult<Self> {
+    ) -> Result<Self> {
         let ledger = Self::connect_lazy(url, size, overflow, config)?;
         drop(ledger.pool.acquire().await?);
         Ok(ledger)
@@ -96,12 +96,7 @@ impl Ledger {
     /// The same pool, connecting in the background: a database that is not there yet (a process
     /// started before it, a failover) is waited out, never a reason to exit. Only a malformed URL
     /// is an error. Every operation meanwhile fails as the database being unavailable.
-    pub fn connect_lazy(
-        url: &str,
-        size: u32,
-        overflow: u32,
-        config: LedgerConfig,
-    ) -> LedgerResult<Self> {
+    pub fn connect_lazy(url: &str, size: u32, overflow: u32, config: LedgerConfig) -> Result<Self> {
         let retirement = Retirement::default();
         let (options, connect) = Self::pool_options(url, size, overflow, &config, &retirement)?;
         let pool = options.connect_lazy_with(connect);
@@ -117,7 +112,7 @@ impl Ledger {
         overflow: u32,
         config: &LedgerConfig,
         retirement: &Retirement,
-    ) -> LedgerResult<(PgPoolOptions, PgConnectOptions)> {
+    ) -> Result<(PgPoolOptions, PgConnectOptions)> {
         let connect = PgConnectOptions::from_str(url)?.application_name("load-control");
         let on_acquire = retirement.clone();
         let on_release = retirement.clone();
@@ -204,9 +199,9 @@ impl Ledger {
     ///
     /// First of all, the database's schema version is read and judged (`crate::schema`): a binary
     /// that does not run on it is not ready, whatever the server.
-    pub async fn write_check(&self) -> LedgerResult<()> {
+    pub async fn write_check(&self) -> Result<()> {
         self.check_schema().await?;
-        let outcome: LedgerResult<()> = async {
+        let outcome: Result<()> = async {
             let mut tx = self.begin().await?;
             if let Some(why) = server_takes_writes(&mut tx).await? {
                 return Err(LedgerError::Unwritable(why));
@@ -233,7 +228,7 @@ impl Ledger {
     }
 
     /// `SELECT 1`, for readiness probes.
-    pub async fn ping(&self) -> LedgerResult<()> {
+    pub async fn ping(&self) -> Result<()> {
         sqlx::query("SELECT 1").execute(&self.pool).await?;
         Ok(())
     }
@@ -402,7 +397,7 @@ static EXCLUSIVE_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::ne
 });
 
 impl RunRow {
-    pub fn status(&self) -> LedgerResult<RunStatus> {
+    pub fn status(&self) -> Result<RunStatus> {
         RunStatus::parse(&self.status)
             .ok_or_else(|| LedgerError::Corrupt(format!("run status {}", self.status)))
     }
@@ -414,7 +409,7 @@ impl Ledger {
     pub(crate) async fn run_snapshot(
         &self,
         run_id: Uuid,
-    ) -> LedgerResult<sqlx::Transaction<'static, sqlx::Postgres>> {
+    ) -> Result<sqlx::Transaction<'static, sqlx::Postgres>> {
         let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
@@ -435,7 +430,7 @@ impl Ledger {
         conn: &mut PgConnection,
         run_id: Uuid,
         mode: RunLock,
-    ) -> LedgerResult<RunRow> {
+    ) -> Result<RunRow> {
         let started = Instant::now();
         let row = self.lock_run(conn, run_id, mode).await;
         if let Some(o) = &self.lock_wait {
@@ -451,7 +446,7 @@ impl Ledger {
         conn: &mut PgConnection,
         run_id: Uuid,
         status: &str,
-    ) -> LedgerResult<Option<RunRow>> {
+    ) -> Result<Option<RunRow>> {
         // The status first, without a lock: the tick's locks last until it commits, so a run that
         // has moved on must not be held (its reports would wait for the whole tick).
         let in_status: bool = sqlx::query_scalar(
@@ -494,7 +489,7 @@ impl Ledger {
     }
 
     /// After [`Self::try_lock_run`] found nothing to do: its locks are released now.
-    pub(crate) async fn let_go_of_run(&self, conn: &mut PgConnection) -> LedgerResult<()> {
+    pub(crate) async fn let_go_of_run(&self, conn: &mut PgConnection) -> Result<()> {
         sqlx::query("ROLLBACK TO SAVEPOINT sweeper_run_lock")
             .execute(&mut *conn)
             .await?;
@@ -505,7 +500,7 @@ impl Ledger {
     }
 
     /// After [`Self::try_lock_run`] and the work done under it: the locks stay until the tick ends.
-    pub(crate) async fn keep_run(&self, conn: &mut PgConnection) -> LedgerResult<()> {
+    pub(crate) async fn keep_run(&self, conn: &mut PgConnection) -> Result<()> {
         sqlx::query("RELEASE SAVEPOINT sweeper_run_lock")
             .execute(&mut *conn)
             .await?;
@@ -518,7 +513,7 @@ impl Ledger {
         conn: &mut PgConnection,
         run_id: Uuid,
         mode: RunLock,
-    ) -> LedgerResult<RunRow> {
+    ) -> Result<RunRow> {
         let (k1, k2) = run_lock_key(run_id);
         // One round trip: the advisory lock is taken while the row is read, and the row lock
         // (LockRows, above the join) only after it. The row may have been read from a snapshot
@@ -544,7 +539,7 @@ impl Ledger {
 }
 
 /// `pg_notify('load_run', <run_id>)`: every run status change tells the LoadRun mirror (§3.9).
-pub(crate) async fn notify_run(conn: &mut PgConnection, run_id: Uuid) -> LedgerResult<()> {
+pub(crate) async fn notify_run(conn: &mut PgConnection, run_id: Uuid) -> Result<()> {
     sqlx::query("SELECT pg_notify('load_run', $1)")
         .bind(run_id.to_string())
         .execute(&mut *conn)
@@ -553,7 +548,7 @@ pub(crate) async fn notify_run(conn: &mut PgConnection, run_id: Uuid) -> LedgerR
 }
 
 /// `pg_notify('load_dispatch', …)`: wakes the dispatcher when the transaction commits (§6.1).
-pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> LedgerResult<()> {
+pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> Result<()> {
     sqlx::query("SELECT pg_notify('load_dispatch', $1)")
         .bind(payload)
         .execute(&mut *conn)
@@ -622,10 +617,7 @@ impl JobThresholds {
 
 impl Ledger {
     /// Reads the non-removed `load_job` settings now, so a change applies from the next request.
-    pub(crate) async fn job_thresholds(
-        &self,
-        conn: &mut PgConnection,
-    ) -> LedgerResult<JobThresholds> {
+    pub(crate) async fn job_thresholds(&self, conn: &mut PgConnection) -> Result<JobThresholds> {
         let rows: Vec<(String, sqlx::types::Json<serde_json::Value>)> = sqlx::query_as(
             "SELECT job_key, settings FROM nifi_ops.load_job WHERE removed_at IS NULL AND settings <> '{}'::jsonb",
         )

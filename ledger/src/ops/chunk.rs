@@ -6,7 +6,7 @@
 use super::claim::parse_run_status;
 use super::complete::complete_extraction;
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
@@ -104,7 +104,7 @@ async fn record_chunk(
     pid: &str,
     r: &ChunkReport,
     how: Recording,
-) -> LedgerResult<RecordedChunk> {
+) -> Result<RecordedChunk> {
     let (k1, k2) = run_lock_key(run_id);
     let rec: RecordedChunk = sqlx::query_as(RECORD_CHUNK)
         .bind(run_id)
@@ -135,7 +135,7 @@ async fn record_chunk(
 }
 
 impl RecordedChunk {
-    fn statuses(&self) -> LedgerResult<(PartitionStatus, RunStatus)> {
+    fn statuses(&self) -> Result<(PartitionStatus, RunStatus)> {
         let corrupt = || LedgerError::Corrupt("record_chunk statuses".into());
         let part = self.partition_status.as_deref().ok_or_else(corrupt)?;
         let part = PartitionStatus::parse(part)
@@ -144,7 +144,7 @@ impl RecordedChunk {
         Ok((part, run))
     }
 
-    fn aggregate(&self) -> LedgerResult<ChunkAggregate> {
+    fn aggregate(&self) -> Result<ChunkAggregate> {
         let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
         Ok(ChunkAggregate {
             files: self.files.ok_or_else(|| corrupt("files"))?,
@@ -172,7 +172,7 @@ impl Ledger {
         run_id: Uuid,
         pid: &str,
         r: &ChunkReport,
-    ) -> LedgerResult<ChunkOutcome> {
+    ) -> Result<ChunkOutcome> {
         if r.chunk_index >= r.chunk_count {
             return Err(LedgerError::ChunkIndexOutOfRange);
         }
@@ -216,7 +216,7 @@ impl Ledger {
         run_id: Uuid,
         pid: &str,
         r: &ChunkReport,
-    ) -> LedgerResult<Option<ChunkOutcome>> {
+    ) -> Result<Option<ChunkOutcome>> {
         let rec = alone!(self, |conn| record_chunk(
             conn,
             run_id,
@@ -257,7 +257,7 @@ impl Ledger {
         pid: &str,
         r: &ChunkReport,
         mode: RunLock,
-    ) -> LedgerResult<ChunkOutcome> {
+    ) -> Result<ChunkOutcome> {
         let run = self.lock_run_timed(conn, run_id, mode).await?;
         // §4.7 steps 2–8 as `report_chunk_alone` runs them, now inside this transaction and
         // whatever the gate says.
@@ -311,7 +311,7 @@ impl Ledger {
         r: &ChunkReport,
         agg: &ChunkAggregate,
         out: &mut ChunkOutcome,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let rows = i64::try_from(agg.rows).map_err(|_| LedgerError::Corrupt("rows".into()))?;
         let bytes = agg.bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
         let won = sqlx::query(
@@ -403,7 +403,7 @@ impl Ledger {
         run: &crate::store::RunRow,
         pid: &str,
         text: &str,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         sqlx::query(
             "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = 'ROW_COUNT_MISMATCH', error_message = $3, \
                 completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \

@@ -1,7 +1,7 @@
 //! `POST /v1/runs/{run_id}/partitions/{partition_id}/claim` (CONTRACT §4.6): the partition row
 //! lock decides ownership; the run row is only held FOR KEY SHARE. The claim is one server-side
 //! function, `nifi_ops.claim_partition` (migration 20261204000013), run on its own: one round trip.
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::status::{PartitionStatus, RunStatus};
 use crate::store::{Ledger, alone, run_lock_key};
 use serde::Serialize;
@@ -17,7 +17,7 @@ pub struct ClaimOutcome {
     pub attempt: i32,
 }
 
-pub(crate) fn parse_run_status(s: &str) -> LedgerResult<RunStatus> {
+pub(crate) fn parse_run_status(s: &str) -> Result<RunStatus> {
     RunStatus::parse(s).ok_or_else(|| LedgerError::Corrupt(format!("run status {s}")))
 }
 
@@ -47,7 +47,7 @@ impl Ledger {
         pid: &str,
         token: Uuid,
         worker: &str,
-    ) -> LedgerResult<ClaimOutcome> {
+    ) -> Result<ClaimOutcome> {
         let (k1, k2) = run_lock_key(run_id);
         let c: Claimed = alone!(self, |conn| async {
             let claimed: Claimed = sqlx::query_as(CLAIM_PARTITION)
@@ -61,7 +61,7 @@ impl Ledger {
                 .bind(Uuid::now_v7())
                 .fetch_one(&mut *conn)
                 .await?;
-            LedgerResult::Ok(claimed)
+            Result::Ok(claimed)
         })?;
         match c.outcome.as_str() {
             "ANSWERED" => {}

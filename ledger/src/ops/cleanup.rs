@@ -1,6 +1,6 @@
 //! Cleanup accounting (CONTRACT §4.18, §4.19): which terminal runs are past retention, and the
 //! record that PG-70 (or an operator) deleted their files. load-control deletes nothing itself.
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::json::ts;
 use crate::status::RunStatus;
@@ -114,7 +114,7 @@ impl Ledger {
         &self,
         job_key: Option<&str>,
         limit: i64,
-    ) -> LedgerResult<Vec<CleanupCandidate>> {
+    ) -> Result<Vec<CleanupCandidate>> {
         let limit = limit.min(self.config.cleanup_max_batch);
         let mut conn = self.pool.acquire().await?;
         let t: JobThresholds = self.job_thresholds(&mut conn).await?;
@@ -139,7 +139,7 @@ impl Ledger {
         dropped_table: Option<&str>,
         deleted_path: Option<&str>,
         actor: Option<&Actor>,
-    ) -> LedgerResult<CleanupRecorded> {
+    ) -> Result<CleanupRecorded> {
         transaction!(self, |conn| async {
             let t = self.job_thresholds(conn).await?;
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;

@@ -1,6 +1,6 @@
 //! The completion CAS (CONTRACT §5.4): exactly one caller moves the run to EXTRACTED_VALIDATED and
 //! enqueues its one VALIDATE_RUN dispatch.
-use crate::error::LedgerResult;
+use crate::error::Result;
 use crate::event::{Event, Level};
 use crate::store::{RunRow, notify_dispatch, notify_run};
 use sqlx::PgConnection;
@@ -10,10 +10,7 @@ use uuid::Uuid;
 /// a possibly-last success's `FOR NO KEY UPDATE`), in a statement after the one that waited for it,
 /// so the recount sees every committed success. Release 0.1.0's copy of this CAS runs after its
 /// `success_partition_count + 1`, whose value the trigger of migration 20261203000010 recounts.
-pub(crate) async fn complete_extraction(
-    conn: &mut PgConnection,
-    run: &RunRow,
-) -> LedgerResult<bool> {
+pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -> Result<bool> {
     let won = sqlx::query(
         "UPDATE nifi_ops.load_run r \
             SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows, \

@@ -1,5 +1,5 @@
 //! `POST /v1/runs` (CONTRACT §4.1, §5.1).
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::status::RunStatus;
 use crate::store::{Ledger, RUN_COLUMNS, RunRow, notify_run, transaction};
@@ -47,7 +47,7 @@ pub fn stage_table(prefix: &str, run_id: Uuid) -> String {
 }
 
 impl Ledger {
-    pub async fn create_run(&self, req: &NewRun) -> LedgerResult<CreatedRun> {
+    pub async fn create_run(&self, req: &NewRun) -> Result<CreatedRun> {
         let run_id = Uuid::new_v4();
         let path = hdfs_run_path(&req.hdfs_root, &req.job_key, run_id)
             .ok_or(LedgerError::InvalidHdfsRoot)?;

@@ -1,7 +1,7 @@
 //! The transactional outbox's leader side (CONTRACT §6): leasing due rows and recording what NiFi
 //! answered. Each is one short fenced transaction; the HTTP call happens between them, never inside.
 use super::leader::{Fence, check_fence};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::settings::Thresholds;
 use crate::store::{Ledger, transaction};
@@ -98,11 +98,7 @@ pub fn backoff(attempt: i32, min: Duration, max: Duration) -> Duration {
 impl Ledger {
     /// Leases up to `batch` due PENDING rows for `dispatch.lease` (§6.3). **[v1-ext]** A row leased
     /// by an earlier epoch is due at once: its leader is deposed and can record nothing.
-    pub async fn lease_dispatches(
-        &self,
-        fence: &Fence,
-        batch: i64,
-    ) -> LedgerResult<Vec<LeasedDispatch>> {
+    pub async fn lease_dispatches(&self, fence: &Fence, batch: i64) -> Result<Vec<LeasedDispatch>> {
         let lease = self.config.dispatch_lease.as_secs_f64();
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
@@ -119,7 +115,7 @@ impl Ledger {
     pub async fn dispatch_request(
         &self,
         d: &LeasedDispatch,
-    ) -> LedgerResult<Result<DispatchRequest, String>> {
+    ) -> Result<Result<DispatchRequest, String>> {
         let mut conn = self.pool.acquire().await?;
         let jobs = self.job_thresholds(&mut conn).await?;
         let settings = jobs.of(&d.job_key, &self.config.thresholds).clone();
@@ -180,7 +176,7 @@ impl Ledger {
         d: &LeasedDispatch,
         outcome: &SendOutcome,
         settings: &Thresholds,
-    ) -> LedgerResult<Recorded> {
+    ) -> Result<Recorded> {
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let (target, http_status, error): (&str, Option<i32>, Option<String>) = match outcome {
@@ -257,7 +253,7 @@ impl Ledger {
 
     /// Raw outbox and run counts for the operator's gauges, and the database's transaction-id and
     /// MultiXact ages (no fence: read-only). Every part is index-served: see [`RUN_COUNTS`].
-    pub async fn backlog_gauges(&self) -> LedgerResult<Gauges> {
+    pub async fn backlog_gauges(&self) -> Result<Gauges> {
         let mut conn = self.pool.acquire().await?;
         let dispatches = sqlx::query_as(super::monitor::DISPATCH_COUNTS)
             .fetch_all(&mut *conn)
@@ -333,7 +329,7 @@ pub(crate) async fn dead_event(
     http_status: Option<i32>,
     attempt: i32,
     error: &str,
-) -> LedgerResult<()> {
+) -> Result<()> {
     Event::new(Level::Error, "DISPATCH_DEAD")
         .run_only(run_id)
         .partition_opt(partition_id)

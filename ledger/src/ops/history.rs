@@ -5,7 +5,7 @@
 //! per tick, so that no request ever waits on the retention for longer than one run's delete.
 //! Optionally each run is first written to a JSON-lines archive (`cleanup.history_archive`).
 use super::leader::{Fence, check_fence};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::settings::HistoryArchive;
 use crate::store::{Ledger, transaction};
 use std::path::{Path, PathBuf};
@@ -109,7 +109,7 @@ impl Ledger {
     /// as soon as a transaction finds this process deposed; any other failure of a run is
     /// reported and the pass goes on with the next run, except an archive failure, which ends
     /// the pass (the next run would meet the same directory).
-    pub async fn sweep_history(&self, fence: &Fence) -> LedgerResult<HistoryReport> {
+    pub async fn sweep_history(&self, fence: &Fence) -> Result<HistoryReport> {
         let mut report = HistoryReport::default();
         let Some(retention) = self.config.thresholds.history_retention else {
             return Ok(report);
@@ -167,7 +167,7 @@ impl Ledger {
         run_id: Uuid,
         status: &str,
         retention: f64,
-    ) -> LedgerResult<RunOutcome> {
+    ) -> Result<RunOutcome> {
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             if self.try_lock_run(conn, run_id, status).await?.is_none() {
@@ -221,7 +221,7 @@ impl Ledger {
         &self,
         fence: &Fence,
         retention: f64,
-    ) -> LedgerResult<Result<u64, String>> {
+    ) -> Result<Result<u64, String>> {
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let HistoryArchive::JsonLines { dir } = &self.config.history.archive else {
@@ -333,7 +333,7 @@ impl Ledger {
         &self,
         fence: &Fence,
         report: &mut super::sweeper::SweepReport,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let h = match self.sweep_history(fence).await {
             Ok(h) => h,
             Err(e @ LedgerError::Fenced { .. }) => return Err(e),

@@ -1,7 +1,7 @@
 //! The operator's view of the ledger (ARCHITECTURE loops 1–2): `load_job` rows written by the
 //! LoadJob controller (fenced), per-job run summaries, and the runs the LoadRun mirror reflects.
 use super::leader::{Fence, check_fence};
-use crate::error::LedgerResult;
+use crate::error::Result;
 use crate::store::{Ledger, transaction};
 use chrono::{DateTime, Utc};
 use serde_json::Value;
@@ -155,7 +155,7 @@ impl Ledger {
         settings: &Value,
         source: &str,
         generation: Option<i64>,
-    ) -> LedgerResult<JobWrite> {
+    ) -> Result<JobWrite> {
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let row: Option<(Option<String>, bool)> =
@@ -187,12 +187,7 @@ impl Ledger {
     }
 
     /// The LoadJob is gone: its row counts as absent from now on (kept for history).
-    pub async fn remove_job(
-        &self,
-        fence: &Fence,
-        job_key: &str,
-        source: &str,
-    ) -> LedgerResult<bool> {
+    pub async fn remove_job(&self, fence: &Fence, job_key: &str, source: &str) -> Result<bool> {
         transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             Ok(sqlx::query(
@@ -210,7 +205,7 @@ impl Ledger {
 
     /// The jobs a LoadJob owns now: (jobKey, source) of every row not removed whose source is a
     /// `LoadJob/<namespace>/<name>`. The mirror compares them with the LoadJobs that exist.
-    pub async fn loadjob_owned_jobs(&self) -> LedgerResult<Vec<(String, String)>> {
+    pub async fn loadjob_owned_jobs(&self) -> Result<Vec<(String, String)>> {
         Ok(sqlx::query_as(
             "SELECT job_key, source FROM nifi_ops.load_job \
               WHERE removed_at IS NULL AND source LIKE 'LoadJob/%' ORDER BY job_key",
@@ -222,7 +217,7 @@ impl Ledger {
     /// Active and last runs of a job and its counts over the last 24 h. Each part reads the job's
     /// active runs (`uq_load_run_active`) or its final ones in end-time order
     /// (`ix_load_run_job_final_end`): the last one, or the last 24 h.
-    pub async fn job_summary(&self, job_key: &str) -> LedgerResult<JobSummary> {
+    pub async fn job_summary(&self, job_key: &str) -> Result<JobSummary> {
         let mut s = JobSummary::default();
         (s.active_runs,) = sqlx::query_as(JOB_ACTIVE_COUNT.as_str())
             .bind(job_key)
@@ -252,7 +247,7 @@ impl Ledger {
         &self,
         after: Option<(DateTime<Utc>, uuid::Uuid)>,
         limit: i64,
-    ) -> LedgerResult<Vec<MirroredRun>> {
+    ) -> Result<Vec<MirroredRun>> {
         Ok(match after {
             None => {
                 sqlx::query_as(MIRRORED_RUNS_FIRST)
@@ -273,7 +268,7 @@ impl Ledger {
 
     /// The runs of `ids` that are mirrored (selected as [`Ledger::mirrored_runs_page`] selects them):
     /// what a NOTIFY or a LoadRun request asks the mirror to look at, without reading every run.
-    pub async fn mirrored_runs_by_id(&self, ids: &[uuid::Uuid]) -> LedgerResult<Vec<MirroredRun>> {
+    pub async fn mirrored_runs_by_id(&self, ids: &[uuid::Uuid]) -> Result<Vec<MirroredRun>> {
         Ok(sqlx::query_as(mirrored_runs_sql!("r.run_id = ANY($1)", ""))
             .bind(ids)
             .fetch_all(&self.pool)

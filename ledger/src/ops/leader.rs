@@ -1,5 +1,5 @@
 //! Leadership epochs and the fence every leader transaction checks first (CONTRACT §1.8, §7.1).
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::store::{Ledger, transaction};
 use sqlx::PgConnection;
 
@@ -18,7 +18,7 @@ impl Ledger {
     /// Bumps the epoch after winning the Lease or the advisory lock. Waits for the deposed
     /// leader's in-flight transactions (they hold the row FOR SHARE); none of its later ones can
     /// write once this commits.
-    pub async fn acquire_epoch(&self, holder: &str) -> LedgerResult<Fence> {
+    pub async fn acquire_epoch(&self, holder: &str) -> Result<Fence> {
         // A binary that does not run on the schema never leads (the transaction begins with the
         // schema check): a compatible one takes over. Nor does one of another installation while
         // that installation's claim on the ledger is fresh (`super::owner`): nothing is bumped.
@@ -43,7 +43,7 @@ impl Ledger {
     }
 
     /// The current epoch and its holder, for probes and logs.
-    pub async fn current_epoch(&self) -> LedgerResult<Option<(i64, String)>> {
+    pub async fn current_epoch(&self) -> Result<Option<(i64, String)>> {
         Ok(
             sqlx::query_as("SELECT epoch, holder FROM nifi_ops.leader_epoch WHERE name = $1")
                 .bind(LEADER_NAME)
@@ -55,7 +55,7 @@ impl Ledger {
 
 /// The first statement of every leader transaction: `Fenced` (write nothing) unless our epoch is
 /// still the current one. The FOR SHARE lock makes a new acquisition wait for this transaction.
-pub(crate) async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> LedgerResult<()> {
+pub(crate) async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> Result<()> {
     let current: Option<(i64,)> =
         sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch WHERE name = $1 FOR SHARE")
             .bind(&fence.name)

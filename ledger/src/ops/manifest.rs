@@ -2,7 +2,7 @@
 //! invariants of `crate::manifest` and stored in one transaction.
 use super::complete::complete_extraction;
 use super::transition::{ErrorFields, transition};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::manifest::{Manifest, manifest_violations};
 use crate::status::RunStatus;
@@ -42,11 +42,7 @@ enum Registered {
 }
 
 impl Ledger {
-    pub async fn register_manifest(
-        &self,
-        run_id: Uuid,
-        m: &Manifest,
-    ) -> LedgerResult<ManifestOutcome> {
+    pub async fn register_manifest(&self, run_id: Uuid, m: &Manifest) -> Result<ManifestOutcome> {
         let registered = transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
@@ -205,7 +201,7 @@ async fn replay(
     status: RunStatus,
     source_count: Option<i64>,
     m: &Manifest,
-) -> LedgerResult<ManifestOutcome> {
+) -> Result<ManifestOutcome> {
     let stored: Vec<DispatchPartition> = sqlx::query_as(
         "SELECT partition_id, lower_bound::text AS lower_bound, upper_bound::text AS upper_bound, upper_inclusive, \
                 is_null_partition, expected_row_count \

@@ -1,6 +1,6 @@
 //! The monitor summary and the event timeline (CONTRACT §4.20, §4.22): read-only, one snapshot.
 use super::cleanup::{DUE_COUNT, JOB_CTE, bind_thresholds, min_retention};
-use crate::error::LedgerResult;
+use crate::error::Result;
 use crate::json::{ts, ts_opt};
 use crate::store::Ledger;
 use crate::text::cut;
@@ -127,7 +127,7 @@ impl Ledger {
     /// (from `serverTime`, passed as a parameter so that the window is an index condition), the
     /// live outbox rows and the alert-worthy DEAD ones. Unnamed statements: each is planned with
     /// its actual window.
-    pub async fn monitor_summary(&self, alert_limit: i64) -> LedgerResult<MonitorSummary> {
+    pub async fn monitor_summary(&self, alert_limit: i64) -> Result<MonitorSummary> {
         let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)
@@ -192,7 +192,7 @@ impl Ledger {
     }
 
     /// The most recent `limit` events of the run, oldest first (§4.22).
-    pub async fn run_events(&self, run_id: Uuid, limit: i64) -> LedgerResult<Vec<EventView>> {
+    pub async fn run_events(&self, run_id: Uuid, limit: i64) -> Result<Vec<EventView>> {
         let mut tx = self.run_snapshot(run_id).await?;
         let rows = sqlx::query_as(
             "SELECT event_time, level, name, partition_id, process_group, error_code, message, details FROM ( \

@@ -1,6 +1,6 @@
 //! Operator actions on a run: cancel ([v1-ext] CONTRACT §4.17) and dispatch resend (§4.15).
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::status::{DispatchStatus, RunStatus};
 use crate::store::{Ledger, RunLock, notify_dispatch, transaction};
@@ -42,7 +42,7 @@ impl Ledger {
         reason: &str,
         actor: &Actor,
         fence: Option<&super::leader::Fence>,
-    ) -> LedgerResult<CancelOutcome> {
+    ) -> Result<CancelOutcome> {
         transaction!(self, |conn| async {
             if let Some(f) = fence {
                 super::leader::check_fence(conn, f).await?;
@@ -91,7 +91,7 @@ impl Ledger {
         run_id: Uuid,
         dispatch_id: Uuid,
         actor: &Actor,
-    ) -> LedgerResult<ResendOutcome> {
+    ) -> Result<ResendOutcome> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let row: Option<(Uuid, String)> =

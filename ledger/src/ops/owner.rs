@@ -8,7 +8,7 @@
 //! ([`LedgerError::OwnedByOther`]); a stale claim (that release uninstalled) is taken over.
 //! Times are the database's clock, so no two nodes' clocks are compared.
 use super::leader::{Fence, check_fence};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::store::{Ledger, transaction};
 use sqlx::PgConnection;
 use std::sync::{Arc, Mutex};
@@ -123,7 +123,7 @@ impl Ledger {
 
     /// Reads the claim now (readiness): `OwnedByOther` while another installation's claim is
     /// fresh. No claim, our own, or a stale one: Ok.
-    pub async fn check_owner(&self) -> LedgerResult<()> {
+    pub async fn check_owner(&self) -> Result<()> {
         let Some(ours) = &self.owner.installation else {
             return Ok(());
         };
@@ -132,7 +132,7 @@ impl Ledger {
         self.remember(found)
     }
 
-    fn remember(&self, found: LedgerResult<Option<OwnerConflict>>) -> LedgerResult<()> {
+    fn remember(&self, found: Result<Option<OwnerConflict>>) -> Result<()> {
         match found {
             Ok(conflict) => {
                 self.owner.set(conflict.clone());
@@ -144,7 +144,7 @@ impl Ledger {
 
     /// While leading: the claim's time is refreshed (fenced). Refused when another installation
     /// took the ledger over meanwhile (our claim had gone stale).
-    pub async fn refresh_owner(&self, fence: &Fence) -> LedgerResult<()> {
+    pub async fn refresh_owner(&self, fence: &Fence) -> Result<()> {
         let Some(ours) = self.owner.installation.clone() else {
             return Ok(());
         };
@@ -162,7 +162,7 @@ pub(crate) async fn claim_in_tx(
     ledger: &Ledger,
     conn: &mut PgConnection,
     holder: &str,
-) -> LedgerResult<()> {
+) -> Result<()> {
     let Some(ours) = &ledger.owner.installation else {
         return Ok(());
     };
@@ -174,7 +174,7 @@ async fn claim(
     conn: &mut PgConnection,
     ours: &Installation,
     holder: &str,
-) -> LedgerResult<Option<OwnerConflict>> {
+) -> Result<Option<OwnerConflict>> {
     let claimed: Option<(String,)> = sqlx::query_as(
         "INSERT INTO nifi_ops.ledger_owner AS o (singleton, installation, holder, claimed_at) \
               VALUES (true, $1, $2, clock_timestamp()) \
@@ -199,7 +199,7 @@ async fn claim(
 async fn foreign_claim(
     conn: &mut PgConnection,
     ours: &Installation,
-) -> LedgerResult<Option<OwnerConflict>> {
+) -> Result<Option<OwnerConflict>> {
     let row: Option<(String, String, f64, String)> = sqlx::query_as(
         "SELECT installation, holder, \
                 extract(epoch FROM clock_timestamp() - claimed_at)::float8, current_database()::text \

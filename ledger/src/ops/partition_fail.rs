@@ -1,7 +1,7 @@
 //! `POST /v1/runs/{run_id}/partitions/{partition_id}/fail` (CONTRACT §4.8): the owner's final word
 //! on its partition, which ends an extracting run.
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::status::{PartitionStatus, RunStatus, is_snapshot_failure};
 use crate::store::{Ledger, RunLock, transaction};
@@ -37,7 +37,7 @@ pub(crate) struct PartitionLockRow {
 }
 
 impl PartitionLockRow {
-    pub fn status(&self) -> LedgerResult<PartitionStatus> {
+    pub fn status(&self) -> Result<PartitionStatus> {
         PartitionStatus::parse(&self.status)
             .ok_or_else(|| LedgerError::Corrupt(format!("partition status {}", self.status)))
     }
@@ -49,7 +49,7 @@ pub(crate) async fn lock_partition(
     conn: &mut sqlx::PgConnection,
     run_id: Uuid,
     pid: &str,
-) -> LedgerResult<PartitionLockRow> {
+) -> Result<PartitionLockRow> {
     sqlx::query_as(
         "SELECT status, claim_token FROM nifi_ops.load_partition \
           WHERE run_id = $1 AND partition_id = $2 FOR UPDATE",
@@ -67,7 +67,7 @@ impl Ledger {
         run_id: Uuid,
         pid: &str,
         f: &PartitionFailure,
-    ) -> LedgerResult<PartitionFailOutcome> {
+    ) -> Result<PartitionFailOutcome> {
         transaction!(self, |conn| async {
             let run = self
                 .lock_run_timed(conn, run_id, RunLock::Exclusive)

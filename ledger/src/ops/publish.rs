@@ -1,7 +1,7 @@
 //! The token-owned publish (CONTRACT §4.12, §4.13) and the operator's resolution of a publish whose
 //! outcome is unknown (§4.16). Nothing here ever confirms a publish automatically.
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::status::RunStatus;
 use crate::store::{Ledger, RunLock, transaction};
@@ -26,7 +26,7 @@ pub struct StatusChange {
 }
 
 impl Ledger {
-    pub async fn claim_publish(&self, run_id: Uuid, token: Uuid) -> LedgerResult<PublishClaim> {
+    pub async fn claim_publish(&self, run_id: Uuid, token: Uuid) -> Result<PublishClaim> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
@@ -75,7 +75,7 @@ impl Ledger {
         outcome: RunStatus,
         error_code: Option<&str>,
         message: &str,
-    ) -> LedgerResult<StatusChange> {
+    ) -> Result<StatusChange> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             if run.publish_token != Some(token) {
@@ -145,7 +145,7 @@ impl Ledger {
         reason: &str,
         actor: &Actor,
         fence: Option<&super::leader::Fence>,
-    ) -> LedgerResult<StatusChange> {
+    ) -> Result<StatusChange> {
         transaction!(self, |conn| async {
             if let Some(f) = fence {
                 super::leader::check_fence(conn, f).await?;

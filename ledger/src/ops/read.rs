@@ -1,6 +1,6 @@
 //! Read models: `GET /v1/runs` and `GET /v1/runs/{run_id}` (CONTRACT §4.4, §4.5). Unlocked reads;
 //! the detail comes from one REPEATABLE READ snapshot so its parts agree.
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::json::{ts, ts_opt};
 use crate::status::RunStatus;
 use crate::store::Ledger;
@@ -145,7 +145,7 @@ pub const LIST_RUNS: &str = concat!(
 );
 
 impl Ledger {
-    pub async fn list_runs(&self, f: &RunFilter) -> LedgerResult<Vec<RunSummary>> {
+    pub async fn list_runs(&self, f: &RunFilter) -> Result<Vec<RunSummary>> {
         // One statement per case (§4.4), each served by its index in `started_at DESC` order:
         // an `$1 IS NULL OR job_key = $1` form cannot use either index once it is planned
         // generically. Unnamed statements: planned with their LIMIT, never generically.
@@ -161,7 +161,7 @@ impl Ledger {
             .await?)
     }
 
-    pub async fn run_detail(&self, run_id: Uuid) -> LedgerResult<RunDetail> {
+    pub async fn run_detail(&self, run_id: Uuid) -> Result<RunDetail> {
         let mut tx = self.begin().await?;
         sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
             .execute(&mut *tx)

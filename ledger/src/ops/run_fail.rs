@@ -1,6 +1,6 @@
 //! `POST /v1/runs/{run_id}/fail` (CONTRACT §4.3): a non-partition stage failure.
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::status::{RunStatus, fail_transition_allowed};
 use crate::store::{Ledger, RunLock, transaction};
@@ -28,7 +28,7 @@ pub struct RunFailOutcome {
 }
 
 impl Ledger {
-    pub async fn fail_run(&self, run_id: Uuid, req: &RunFailure) -> LedgerResult<RunFailOutcome> {
+    pub async fn fail_run(&self, run_id: Uuid, req: &RunFailure) -> Result<RunFailOutcome> {
         if !fail_transition_allowed(req.expected_status, req.fail_status) {
             return Err(LedgerError::FailTransitionNotAllowed {
                 expected: req.expected_status,

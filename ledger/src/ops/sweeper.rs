@@ -5,7 +5,7 @@
 use super::dispatch::dead_event;
 use super::leader::{Fence, check_fence};
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::json::format_ts;
 use crate::settings::{RecoveryMode, iso_duration};
@@ -149,7 +149,7 @@ fn secs(d: std::time::Duration) -> f64 {
 
 impl Ledger {
     /// One tick. `None` when another sweeper holds the tick lock (nothing done).
-    pub async fn sweep(&self, fence: &Fence) -> LedgerResult<Option<SweepReport>> {
+    pub async fn sweep(&self, fence: &Fence) -> Result<Option<SweepReport>> {
         let report = transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let (got,): (bool,) = sqlx::query_as(
@@ -217,7 +217,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let g = &self.config.thresholds;
         let min_stale = jobs.min_of(g, |t| t.stale);
         let candidates: Vec<(Uuid, String)> = sqlx::query_as(STALE_PARTITION_RUNS)
@@ -331,7 +331,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.run_timeout);
         let candidates: Vec<(Uuid, String)> = sqlx::query_as(DEADLINE_RUNS)
@@ -375,7 +375,7 @@ impl Ledger {
         conn: &mut PgConnection,
         run_id: Uuid,
         limit: std::time::Duration,
-    ) -> LedgerResult<bool> {
+    ) -> Result<bool> {
         let run = self
             .lock_run(conn, run_id, crate::store::RunLock::Exclusive)
             .await?;
@@ -415,7 +415,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.ack_timeout);
         let rows: Vec<UnackedRow> = sqlx::query_as(UNACKED_DISPATCHES)
@@ -488,7 +488,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.validation_stale);
         let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> =
@@ -535,7 +535,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.publish_stale);
         let rows: Vec<(Uuid, String, f64)> = sqlx::query_as(PUBLISH_STALE_RUNS)
@@ -585,7 +585,7 @@ impl Ledger {
         conn: &mut PgConnection,
         jobs: &JobThresholds,
         c: &mut Counts,
-    ) -> LedgerResult<()> {
+    ) -> Result<()> {
         let keys: Vec<&String> = jobs.by_job.keys().collect();
         let retention: Vec<f64> = keys
             .iter()
@@ -633,11 +633,7 @@ struct UnackedRow {
 }
 
 /// Unfinished partitions of a run the sweeper ends keep their own rule: TIMED_OUT (§7.2).
-async fn time_out_partitions(
-    conn: &mut PgConnection,
-    run_id: Uuid,
-    code: &str,
-) -> LedgerResult<u64> {
+async fn time_out_partitions(conn: &mut PgConnection, run_id: Uuid, code: &str) -> Result<u64> {
     Ok(sqlx::query(
         "UPDATE nifi_ops.load_partition SET status = 'TIMED_OUT', error_code = $2, completed_at = clock_timestamp(), \
             heartbeat_at = clock_timestamp() WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",

@@ -1,7 +1,7 @@
 //! Every run status change (CONTRACT §2.1–§2.2): the CAS on the expected status, `heartbeat_at`,
 //! `version_no`, `completed_at` on entering a terminal status, the NOTIFY, and — in the same
 //! transaction — the [v1-ext] closing of unfinished partitions and pending dispatches.
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
 use crate::store::notify_run;
 use crate::text::{cut, message};
@@ -29,7 +29,7 @@ pub(crate) async fn transition(
     from: RunStatus,
     to: RunStatus,
     error: ErrorFields<'_>,
-) -> LedgerResult<Option<u64>> {
+) -> Result<Option<u64>> {
     let (mode, stage, code, msg) = match error {
         ErrorFields::Keep => ("keep", None, None, None),
         ErrorFields::Clear => ("clear", None, None, None),
@@ -105,7 +105,7 @@ pub(crate) async fn transition_locked(
     from: RunStatus,
     to: RunStatus,
     error: ErrorFields<'_>,
-) -> LedgerResult<u64> {
+) -> Result<u64> {
     transition(conn, run_id, from, to, error)
         .await?
         .ok_or_else(|| LedgerError::Corrupt("run changed under FOR UPDATE".into()))

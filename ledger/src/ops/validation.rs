@@ -1,6 +1,6 @@
 //! Stage validation, metrics and the final judgement (CONTRACT §4.9–§4.11, §4.14, §4.21).
 use super::transition::{ErrorFields, transition_locked};
-use crate::error::{LedgerError, LedgerResult};
+use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::json::ts;
 use crate::judge::{StoredMetric, count_value, judge_metrics};
@@ -106,7 +106,7 @@ async fn stored_metrics(
     conn: &mut sqlx::PgConnection,
     run_id: Uuid,
     stage: &str,
-) -> LedgerResult<Vec<StoredMetric>> {
+) -> Result<Vec<StoredMetric>> {
     let rows: Vec<(String, String, String)> =
         sqlx::query_as("SELECT metric_name, query_version, result FROM nifi_ops.load_validation WHERE run_id = $1 AND stage = $2")
             .bind(run_id)
@@ -129,7 +129,7 @@ async fn latest_value(
     run_id: Uuid,
     stage: &str,
     name: &str,
-) -> LedgerResult<Option<String>> {
+) -> Result<Option<String>> {
     let row: Option<(Option<String>,)> = sqlx::query_as(
         "SELECT actual_value FROM nifi_ops.load_validation WHERE run_id = $1 AND stage = $2 AND metric_name = $3 \
           ORDER BY measured_at DESC, validation_id DESC LIMIT 1",
@@ -149,7 +149,7 @@ impl Ledger {
         run_id: Uuid,
         dispatch_id: Uuid,
         node: &str,
-    ) -> LedgerResult<StartOutcome> {
+    ) -> Result<StartOutcome> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let dispatch: Option<(Uuid, String)> =
@@ -201,7 +201,7 @@ impl Ledger {
         stage: MetricStage,
         query_version: &str,
         items: &[MetricItem],
-    ) -> LedgerResult<MetricsRecorded> {
+    ) -> Result<MetricsRecorded> {
         // A name repeated within one request keeps its last item.
         let mut last: Vec<&MetricItem> = Vec::new();
         for item in items {
@@ -270,7 +270,7 @@ impl Ledger {
     }
 
     /// Judges the stored STAGING metrics (§4.11); never trusts a verdict from NiFi.
-    pub async fn stage_validated(&self, run_id: Uuid) -> LedgerResult<StageVerdict> {
+    pub async fn stage_validated(&self, run_id: Uuid) -> Result<StageVerdict> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
@@ -316,11 +316,7 @@ impl Ledger {
     }
 
     /// Judges the stored TARGET metrics and finishes the run (§4.14).
-    pub async fn succeed(
-        &self,
-        run_id: Uuid,
-        target_count: Option<i64>,
-    ) -> LedgerResult<SuccessVerdict> {
+    pub async fn succeed(&self, run_id: Uuid, target_count: Option<i64>) -> Result<SuccessVerdict> {
         transaction!(self, |conn| async {
             let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
             let status = run.status()?;
@@ -362,7 +358,7 @@ impl Ledger {
     }
 
     /// Stored metrics ordered SOURCE, STAGING, TARGET (others last), name, query version (§4.21).
-    pub async fn metrics(&self, run_id: Uuid) -> LedgerResult<Vec<MetricView>> {
+    pub async fn metrics(&self, run_id: Uuid) -> Result<Vec<MetricView>> {
         let mut tx = self.run_snapshot(run_id).await?;
         let rows = sqlx::query_as(
             "SELECT stage, metric_name, expected_value, actual_value, result, measured_at, query_version \
