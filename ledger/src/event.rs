@@ -150,6 +150,9 @@ impl Event {
             .processor_name
             .map(str::to_string)
             .unwrap_or_else(|| self.name.to_lowercase());
+        let event_id = Uuid::now_v7();
+        // The transaction's witness of its commit (`Ledger::committed_after_all`).
+        let _ = crate::store::COMMIT_MARKER.try_with(|m| m.set(Some(event_id)));
         sqlx::query(
             "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key, \
                partition_id, process_group, processor_name, attempt_no, row_count, error_class, error_code, message, details) \
@@ -158,7 +161,7 @@ impl Event {
         // Time-ordered (UUID v7, monotonic within the process): inserts append to the right edge
         // of the primary key instead of dirtying a random leaf each, and events that tie on
         // event_time come out of the timeline (§4.22) in the order they were written.
-        .bind(Uuid::now_v7())
+        .bind(event_id)
         .bind(self.level.as_str())
         .bind(self.name)
         .bind(self.run_id)

@@ -186,6 +186,46 @@ impl Ledger {
         }
     }
 
+    /// Whether a transaction whose COMMIT failed committed all the same. When the server ends a
+    /// connection during COMMIT (a terminated backend, a restart), the commit may have happened:
+    /// PostgreSQL keeps a commit whose wait for a synchronous standby was cut short ("the
+    /// transaction has already committed locally"). Answering that as an error would tell NiFi a
+    /// decision did not happen when it did, and a decision such as a validation start or a stage
+    /// verdict is not repeatable (its replay is refused), so the run would wait for a person.
+    /// The transaction's last event is its witness: visible from a new connection (on whichever
+    /// server the address now names, a standby included, where only committed rows are visible),
+    /// the transaction committed. Looked for a few times (a standby may not have replayed it yet),
+    /// then the error stands: the outcome is unknown, as before.
+    pub(crate) async fn committed_after_all(&self, e: &sqlx::Error, marker: Option<Uuid>) -> bool {
+        let Some(event_id) = marker else {
+            return false;
+        };
+        if !connection_lost(e) {
+            return false;
+        }
+        self.retirement.retire_all(DatabaseFault::of(e));
+        const LOOKS: u32 = 5;
+        for look in 1..=LOOKS {
+            let seen: std::result::Result<bool, sqlx::Error> = sqlx::query_scalar(
+                "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_event WHERE event_id = $1)",
+            )
+            .bind(event_id)
+            .fetch_one(&self.pool)
+            .await;
+            if let Ok(true) = seen {
+                tracing::warn!(event = "commit_confirmed", error = %e, %event_id, looks = look,
+                    "the connection was lost during COMMIT; the transaction's event is there, so it committed");
+                return true;
+            }
+            if look < LOOKS {
+                tokio::time::sleep(Ledger::backoff(look)).await;
+            }
+        }
+        tracing::warn!(event = "commit_unknown", error = %e, %event_id,
+            "the connection was lost during COMMIT and the transaction's event was not found: answered as failed");
+        false
+    }
+
     /// Connections closed because their server could not take writes (a metric).
     pub fn connections_retired(&self) -> u64 {
         self.retirement.retired_total()
@@ -279,17 +319,27 @@ macro_rules! transaction {
                 break Err(e);
             }
             attempt += 1;
-            let outcome: $crate::error::LedgerResult<_> = async {
-                let mut tx = ledger.begin().await?;
-                let value = {
-                    let $conn: &mut sqlx::PgConnection = &mut *tx;
-                    let body: $crate::error::LedgerResult<_> = $body.await;
-                    body?
-                };
-                tx.commit().await?;
-                Ok(value)
-            }
-            .await;
+            let outcome: $crate::error::LedgerResult<_> = $crate::store::COMMIT_MARKER
+                .scope(std::cell::Cell::new(None), async {
+                    let mut tx = ledger.begin().await?;
+                    let value = {
+                        let $conn: &mut sqlx::PgConnection = &mut *tx;
+                        let body: $crate::error::LedgerResult<_> = $body.await;
+                        body?
+                    };
+                    match tx.commit().await {
+                        Ok(()) => Ok(value),
+                        Err(e) => {
+                            let marker = $crate::store::COMMIT_MARKER.with(|m| m.get());
+                            if ledger.committed_after_all(&e, marker).await {
+                                Ok(value)
+                            } else {
+                                Err(e.into())
+                            }
+                        }
+                    }
+                })
+                .await;
             match outcome {
                 Err(e) if e.is_retryable() && attempt < ledger.config.tx_attempts => {
                     tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
@@ -305,6 +355,12 @@ macro_rules! transaction {
     }};
 }
 pub(crate) use transaction;
+
+tokio::task_local! {
+    /// The id of the last event the running [`transaction!`] inserted (`Event::insert`): the row
+    /// that tells whether the transaction committed when its COMMIT got no answer.
+    pub(crate) static COMMIT_MARKER: std::cell::Cell<Option<Uuid>>;
+}
 
 /// `$body` on a pooled connection without BEGIN: one statement on its own is its own
 /// transaction, so a decision that a server-side function makes whole (a chunk report's

@@ -447,3 +447,93 @@ async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_sam
         "one claim, one event, two chunks: nothing written twice"
     );
 }
+
+/// A transaction whose COMMIT got no answer may have committed: PostgreSQL keeps a commit whose
+/// connection was terminated while it waited for a synchronous standby. A validation start is
+/// not repeatable (its replay is refused, §4.9), so answering such a commit as a failure would
+/// leave the run STAGE_VALIDATING with nobody to validate it. The ledger looks for the
+/// transaction's event from a new connection: there, the start is answered as won; not there
+/// (the COMMIT never reached the server), the error stands and nothing changed.
+#[tokio::test]
+async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
+    let db = TestDb::fresh().await;
+    let wire = RoundTrips::start(&db.url).await;
+    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
+        .await
+        .expect("connect the ledger through the forwarder");
+    let mut conn = db.conn().await;
+    // Two runs, each extracted and waiting for its validation start.
+    let mut waiting = Vec::new();
+    for key in ["commit-kept", "commit-dropped"] {
+        let created = ledger.create_run(&new_run(key)).await.unwrap();
+        let run = created.run_id;
+        ledger
+            .register_manifest(run, &manifest(&[10]))
+            .await
+            .unwrap();
+        let token = Uuid::new_v4();
+        ledger
+            .claim_partition(run, "0000", token, "nifi-01")
+            .await
+            .unwrap();
+        let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
+        let done = ledger
+            .report_chunk(run, "0000", &report(token, 0, 1, path))
+            .await
+            .unwrap();
+        assert_eq!(done.run_status, RunStatus::ExtractedValidated);
+        let dispatch: Uuid = sqlx::query_scalar(
+            "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'",
+        )
+        .bind(run)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        waiting.push((run, dispatch));
+    }
+
+    let (kept, kept_dispatch) = waiting[0];
+    wire.lose_next_commit_answer();
+    let start = ledger
+        .start_validation(kept, kept_dispatch, "nifi-02")
+        .await
+        .expect("the start committed: answered as won");
+    assert_eq!(wire.answers_lost(), 1, "the COMMIT's answer was lost");
+    assert_eq!(
+        (start.started, start.run_status),
+        (true, RunStatus::StageValidating)
+    );
+
+    let (dropped, dropped_dispatch) = waiting[1];
+    wire.drop_next_commit();
+    let refused = ledger
+        .start_validation(dropped, dropped_dispatch, "nifi-02")
+        .await;
+    assert_eq!(wire.answers_lost(), 2, "the COMMIT was dropped");
+    assert!(
+        matches!(refused, Err(LedgerError::Database(_))),
+        "{refused:?}"
+    );
+
+    let statuses: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT run_id, status FROM nifi_ops.load_run WHERE run_id = ANY($1) ORDER BY business_key",
+    )
+    .bind(vec![dropped, kept])
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        statuses,
+        vec![
+            (dropped, "EXTRACTED_VALIDATED".to_string()),
+            (kept, "STAGE_VALIDATING".to_string()),
+        ],
+        "the dropped COMMIT changed nothing; the lost answer's did"
+    );
+    // And the dropped one's start, repeated now, wins: nothing of it had stayed.
+    let again = ledger
+        .start_validation(dropped, dropped_dispatch, "nifi-02")
+        .await
+        .unwrap();
+    assert!(again.started);
+}

@@ -6,9 +6,12 @@
 //! that ends an `Execute` is a statement; sqlx also sends a bare `Sync` as its ping when a
 //! connection returns to its pool (after the answer was used), counted apart.
 //!
-//! One fault: [`RoundTrips::lose_next_answer`] lets the next statement reach the server and run
-//! to its end (`ReadyForQuery`: committed, when it ran on its own), then closes the client's
-//! connection without a byte of the answer — a connection lost between the commit and the reply.
+//! Faults, each taking effect once: [`RoundTrips::lose_next_answer`] lets the next statement
+//! reach the server and run to its end (`ReadyForQuery`: committed, when it ran on its own), then
+//! closes the client's connection without a byte of the answer — a connection lost between the
+//! commit and the reply; [`RoundTrips::lose_next_commit_answer`] does the same to the next
+//! `COMMIT`; [`RoundTrips::drop_next_commit`] closes both connections instead of passing the next
+//! `COMMIT` on, so the server rolls the transaction back.
 use sqlx::postgres::PgConnectOptions;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -24,6 +27,10 @@ struct Counts {
     waits: AtomicU64,
     /// The next statement's answer is to be lost.
     lose_next: AtomicBool,
+    /// The next COMMIT's answer is to be lost.
+    lose_commit: AtomicBool,
+    /// The next COMMIT is not to reach the server.
+    drop_commit: AtomicBool,
     /// Answers lost so far.
     lost: AtomicU64,
 }
@@ -87,7 +94,18 @@ impl RoundTrips {
         self.counts.lose_next.store(true, Ordering::Release);
     }
 
-    /// How many answers were lost (each [`RoundTrips::lose_next_answer`] that took effect).
+    /// The next `COMMIT` runs on the server, and its connection is then closed before the
+    /// answer reaches the client.
+    pub fn lose_next_commit_answer(&self) {
+        self.counts.lose_commit.store(true, Ordering::Release);
+    }
+
+    /// The next `COMMIT` never reaches the server: both connections are closed instead.
+    pub fn drop_next_commit(&self) {
+        self.counts.drop_commit.store(true, Ordering::Release);
+    }
+
+    /// How many answers were lost or COMMITs dropped (each fault that took effect).
     pub fn answers_lost(&self) -> u64 {
         self.counts.lost.load(Ordering::Acquire)
     }
@@ -174,6 +192,15 @@ async fn upstream(
             b'Q' => {
                 counts.statements.fetch_add(1, Ordering::AcqRel);
                 counts.waits.fetch_add(1, Ordering::AcqRel);
+                if body.starts_with(b"COMMIT") {
+                    if counts.drop_commit.swap(false, Ordering::AcqRel) {
+                        counts.lost.fetch_add(1, Ordering::AcqRel);
+                        return Ok(());
+                    }
+                    if counts.lose_commit.swap(false, Ordering::AcqRel) {
+                        losing.store(true, Ordering::Release);
+                    }
+                }
             }
             _ => {}
         }
