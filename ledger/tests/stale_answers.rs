@@ -360,3 +360,134 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
         (ids(&first), 1, RunStatus::Extracting, false)
     );
 }
+
+fn chunk_of(token: Uuid, path: &str, pid: &str, index: i32, count: i32, rows: i64) -> ChunkReport {
+    ChunkReport {
+        claim_token: token,
+        chunk_index: index,
+        chunk_count: count,
+        fragment_identifier: None,
+        hdfs_path: format!("{path}/p={pid}/part-{index}.parquet"),
+        record_count: rows,
+        byte_count: Some(10),
+    }
+}
+
+/// A progress report, one statement on its own, still takes the run's shared lock (§5.3 rule
+/// 2): it waits while a run-changing operation holds the run row (cargo-mutants: telling
+/// `nifi_ops.record_chunk` that the run was already locked survived every sequential test).
+#[tokio::test]
+async fn a_progress_report_waits_while_the_run_is_held_for_a_change() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[30]).await;
+    let token = Uuid::new_v4();
+    ledger
+        .claim_partition(run, "0000", token, "nifi-01")
+        .await
+        .unwrap();
+    let mut observer = db.conn().await;
+    let mut holder = hold_run_row(&db, run).await;
+    let report = tokio::spawn({
+        let ledger = ledger.clone();
+        let r = chunk_of(token, &path, "0000", 0, 3, 10);
+        async move { ledger.report_chunk(run, "0000", &r).await }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    assert!(!report.is_finished(), "the report ran past the held run");
+    sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+    let out = report.await.unwrap().unwrap();
+    assert_eq!(
+        (out.result, out.received_chunks),
+        (ChunkResult::Progress, 1)
+    );
+}
+
+/// The only chunk of a partition, sent again after it succeeded while the run still extracts,
+/// is recorded only: one PARTITION_SUCCESS, not a second decision (cargo-mutants: `||` → `&&`
+/// in the recorded-only check survived; a one-chunk report goes straight to the deciding
+/// transaction, so its replay reaches that check).
+#[tokio::test]
+async fn a_replayed_single_chunk_of_a_succeeded_partition_is_recorded_only() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[5, 5]).await;
+    let token = Uuid::new_v4();
+    for pid in ["0000", "0001"] {
+        ledger
+            .claim_partition(run, pid, token, "nifi-01")
+            .await
+            .unwrap();
+    }
+    let only = chunk_of(token, &path, "0000", 0, 1, 5);
+    let first = ledger.report_chunk(run, "0000", &only).await.unwrap();
+    assert_eq!(first.result, ChunkResult::PartitionSuccess);
+    let replay = ledger.report_chunk(run, "0000", &only).await.unwrap();
+    assert_eq!(
+        (replay.result, replay.partition_status, replay.run_status),
+        (
+            ChunkResult::Ignored,
+            PartitionStatus::Success,
+            RunStatus::Extracting
+        )
+    );
+    let mut conn = db.conn().await;
+    let successes: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'PARTITION_SUCCESS'",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(successes, 1);
+}
+
+/// A gate mismatch ends the run, so the report decides again under the run's exclusive lock
+/// (§5.3 rule 6): it waits for a sibling report in flight (the run row held FOR KEY SHARE) before
+/// the run becomes FAILED_EXTRACT, instead of ending the run under the sibling (cargo-mutants:
+/// dropping the escalation, or inverting it, survived).
+#[tokio::test]
+async fn a_mismatch_ends_the_run_only_under_the_exclusive_lock() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[10, 10]).await;
+    let token = Uuid::new_v4();
+    for pid in ["0000", "0001"] {
+        ledger
+            .claim_partition(run, pid, token, "nifi-01")
+            .await
+            .unwrap();
+    }
+    let mut observer = db.conn().await;
+    let mut sibling = db.conn().await;
+    sqlx::query("BEGIN").execute(&mut sibling).await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR KEY SHARE")
+        .bind(run)
+        .execute(&mut sibling)
+        .await
+        .unwrap();
+    let report = tokio::spawn({
+        let ledger = ledger.clone();
+        // 7 rows where the manifest expects 10: the gate's verdict is a mismatch.
+        let r = chunk_of(token, &path, "0000", 0, 1, 7);
+        async move { ledger.report_chunk(run, "0000", &r).await }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    let status: String =
+        sqlx::query_scalar("SELECT status FROM nifi_ops.load_run WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&mut observer)
+            .await
+            .unwrap();
+    assert_eq!(status, "EXTRACTING", "the run ended under a sibling's lock");
+    sqlx::query("COMMIT").execute(&mut sibling).await.unwrap();
+    let out = report.await.unwrap().unwrap();
+    assert_eq!(
+        (out.result, out.partition_status, out.run_status),
+        (
+            ChunkResult::Failed,
+            PartitionStatus::Failed,
+            RunStatus::FailedExtract
+        )
+    );
+}

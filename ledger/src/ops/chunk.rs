@@ -448,3 +448,34 @@ impl Ledger {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::ChunkResult;
+
+    /// The values of `lca_chunk_reports_total`'s `result` label (CONTRACT §9.1): dashboards and
+    /// alerts select on them.
+    #[test]
+    fn chunk_results_are_the_metric_labels_of_the_contract() {
+        let labels: Vec<&str> = [
+            ChunkResult::Progress,
+            ChunkResult::Ignored,
+            ChunkResult::PartitionSuccess,
+            ChunkResult::RunComplete,
+            ChunkResult::Failed,
+        ]
+        .into_iter()
+        .map(ChunkResult::as_str)
+        .collect();
+        assert_eq!(
+            labels,
+            [
+                "progress",
+                "ignored",
+                "partition_success",
+                "run_complete",
+                "failed"
+            ]
+        );
+    }
+}
