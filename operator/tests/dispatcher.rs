@@ -593,3 +593,31 @@ async fn a_key_rotation_is_accepted_by_key_id_and_an_unknown_key_is_retried() {
         "every request was well-formed"
     );
 }
+
+/// The operator's gauges (§9.1: `lca_dispatch_backlog`, `lca_active_runs`, the database's ages)
+/// are what the outbox and the runs hold (cargo-mutants: `backlog_gauges` answering an empty
+/// reading survived every test).
+#[tokio::test]
+async fn the_backlog_gauges_count_what_the_outbox_and_the_runs_hold() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("GAUGES", &[3, 3]).await;
+    for status in ["DEAD", "DEAD", "PENDING"] {
+        env.exec(
+            &format!(
+                "INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id, status) \
+                 VALUES (gen_random_uuid(), $1, 'REISSUE_PARTITION', '0000', '{status}')"
+            ),
+            run,
+        )
+        .await;
+    }
+    let g = env.ledger.backlog_gauges().await.unwrap();
+    let dispatches: HashMap<String, i64> = g.dispatches.iter().cloned().collect();
+    assert_eq!(
+        (dispatches.get("DEAD"), dispatches.get("PENDING")),
+        (Some(&2), Some(&1)),
+        "{g:?}"
+    );
+    assert!(g.runs.contains(&("EXTRACTING".to_string(), 1)), "{g:?}");
+    assert!(g.xid_age > 0, "{g:?}");
+}
