@@ -97,11 +97,6 @@ impl Ledger {
         self
     }
 
-    /// This process's installation, when it has one.
-    pub fn installation(&self) -> Option<&str> {
-        self.owner.installation.as_ref().map(|i| i.name.as_str())
-    }
-
     /// How often a leader refreshes its claim: a quarter of the staleness window (at least 1 s);
     /// None without an installation.
     pub fn owner_refresh_every(&self) -> Option<Duration> {
@@ -218,4 +213,20 @@ async fn foreign_claim(
         stale_after_s: ours.stale_after.as_secs(),
         database,
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three lease durations, never under a minute: what the operator and the api-server of one
+    /// release both derive from the lease, so that they agree on when a claim is stale.
+    #[test]
+    fn the_default_staleness_is_three_leases_and_at_least_a_minute() {
+        let s = Duration::from_secs;
+        assert_eq!(default_owner_stale(s(15)), s(60));
+        assert_eq!(default_owner_stale(s(20)), s(60));
+        assert_eq!(default_owner_stale(s(30)), s(90));
+        assert_eq!(default_owner_stale(s(100)), s(300));
+    }
 }
