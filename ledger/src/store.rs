@@ -174,6 +174,31 @@ impl Ledger {
         }
     }
 
+    /// Whether attempt `attempt` of a transaction (or of a statement run alone) that failed with
+    /// `e` is to be made again: a deadlock or a serialization failure, after a backoff; a lost
+    /// connection too when `lost_connection_too` (a statement alone may have committed, which
+    /// only a repeatable statement may try again). Otherwise the error is observed (its server
+    /// retired when it cannot take writes) and stands.
+    pub(crate) async fn again_after(
+        &self,
+        e: &LedgerError,
+        attempt: u32,
+        lost_connection_too: bool,
+    ) -> bool {
+        if attempt < self.config.tx_attempts {
+            if lost_connection_too && self.lost_connection(e) {
+                return true;
+            }
+            if e.is_retryable() {
+                tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
+                tokio::time::sleep(Ledger::backoff(attempt)).await;
+                return true;
+            }
+        }
+        self.observe_error(e);
+        false
+    }
+
     /// Retires the pool's connections when `e` says their server cannot take writes now.
     pub(crate) fn observe_error(&self, e: &LedgerError) {
         let fault = match e {
@@ -340,16 +365,12 @@ macro_rules! transaction {
                     }
                 })
                 .await;
-            match outcome {
-                Err(e) if e.is_retryable() && attempt < ledger.config.tx_attempts => {
-                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
-                    tokio::time::sleep($crate::store::Ledger::backoff(attempt)).await;
-                }
-                Err(e) => {
-                    ledger.observe_error(&e);
-                    break Err(e);
-                }
-                ok => break ok,
+            let e = match outcome {
+                Ok(value) => break Ok(value),
+                Err(e) => e,
+            };
+            if !ledger.again_after(&e, attempt, false).await {
+                break Err(e);
             }
         }
     }};
@@ -385,17 +406,12 @@ macro_rules! alone {
                 $body.await
             }
             .await;
-            match outcome {
-                Err(e) if attempt < ledger.config.tx_attempts && ledger.lost_connection(&e) => {}
-                Err(e) if e.is_retryable() && attempt < ledger.config.tx_attempts => {
-                    tracing::warn!(event = "tx_retry", attempt, error = %e, "transaction retried");
-                    tokio::time::sleep($crate::store::Ledger::backoff(attempt)).await;
-                }
-                Err(e) => {
-                    ledger.observe_error(&e);
-                    break Err(e);
-                }
-                ok => break ok,
+            let e = match outcome {
+                Ok(value) => break Ok(value),
+                Err(e) => e,
+            };
+            if !ledger.again_after(&e, attempt, true).await {
+                break Err(e);
             }
         }
     }};

@@ -21,14 +21,20 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
     }
 }
 
-#[tokio::test]
-async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
+/// A fresh database and a ledger of one connection through a forwarder to it: every statement
+/// of the ledger passes the forwarder on that connection.
+async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
     let db = TestDb::fresh().await;
     let wire = RoundTrips::start(&db.url).await;
-    // One connection: every statement of the ledger passes the forwarder on it.
     let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
         .await
         .expect("connect the ledger through the forwarder");
+    (db, wire, ledger)
+}
+
+#[tokio::test]
+async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
+    let (db, wire, ledger) = through_the_forwarder().await;
     let created = ledger.create_run(&new_run("round-trips")).await.unwrap();
     let run = created.run_id;
     ledger
@@ -262,11 +268,7 @@ async fn the_run_directory_rule_refuses_every_alias_and_nothing_else() {
 
 #[tokio::test]
 async fn a_claim_is_one_round_trip_whatever_it_answers() {
-    let db = TestDb::fresh().await;
-    let wire = RoundTrips::start(&db.url).await;
-    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
-        .await
-        .expect("connect the ledger through the forwarder");
+    let (db, wire, ledger) = through_the_forwarder().await;
     let created = ledger.create_run(&new_run("claim-trips")).await.unwrap();
     let run = created.run_id;
     ledger
@@ -378,11 +380,7 @@ async fn a_claim_is_one_round_trip_whatever_it_answers() {
 /// without a byte of the answer.
 #[tokio::test]
 async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_same() {
-    let db = TestDb::fresh().await;
-    let wire = RoundTrips::start(&db.url).await;
-    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
-        .await
-        .expect("connect the ledger through the forwarder");
+    let (db, wire, ledger) = through_the_forwarder().await;
     let created = ledger.create_run(&new_run("lost-answers")).await.unwrap();
     let run = created.run_id;
     ledger
@@ -456,11 +454,7 @@ async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_sam
 /// (the COMMIT never reached the server), the error stands and nothing changed.
 #[tokio::test]
 async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
-    let db = TestDb::fresh().await;
-    let wire = RoundTrips::start(&db.url).await;
-    let ledger = ledger::Ledger::connect(&wire.url, 1, 0, LedgerConfig::default())
-        .await
-        .expect("connect the ledger through the forwarder");
+    let (db, wire, ledger) = through_the_forwarder().await;
     let mut conn = db.conn().await;
     // Two runs, each extracted and waiting for its validation start.
     let mut waiting = Vec::new();

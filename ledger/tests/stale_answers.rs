@@ -361,6 +361,18 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
     );
 }
 
+async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
+    for pid in pids {
+        assert!(
+            ledger
+                .claim_partition(run, pid, token, "nifi-01")
+                .await
+                .unwrap()
+                .claimed
+        );
+    }
+}
+
 fn chunk_of(token: Uuid, path: &str, pid: &str, index: i32, count: i32, rows: i64) -> ChunkReport {
     ChunkReport {
         claim_token: token,
@@ -413,12 +425,7 @@ async fn a_replayed_single_chunk_of_a_succeeded_partition_is_recorded_only() {
     let ledger = db.ledger(2, LedgerConfig::default()).await;
     let (run, path) = extracting_run(&ledger, &[5, 5]).await;
     let token = Uuid::new_v4();
-    for pid in ["0000", "0001"] {
-        ledger
-            .claim_partition(run, pid, token, "nifi-01")
-            .await
-            .unwrap();
-    }
+    claim_all(&ledger, run, &["0000", "0001"], token).await;
     let only = chunk_of(token, &path, "0000", 0, 1, 5);
     let first = ledger.report_chunk(run, "0000", &only).await.unwrap();
     assert_eq!(first.result, ChunkResult::PartitionSuccess);
@@ -452,12 +459,7 @@ async fn a_mismatch_ends_the_run_only_under_the_exclusive_lock() {
     let ledger = db.ledger(4, LedgerConfig::default()).await;
     let (run, path) = extracting_run(&ledger, &[10, 10]).await;
     let token = Uuid::new_v4();
-    for pid in ["0000", "0001"] {
-        ledger
-            .claim_partition(run, pid, token, "nifi-01")
-            .await
-            .unwrap();
-    }
+    claim_all(&ledger, run, &["0000", "0001"], token).await;
     let mut observer = db.conn().await;
     let mut sibling = db.conn().await;
     sqlx::query("BEGIN").execute(&mut sibling).await.unwrap();

@@ -132,6 +132,16 @@ async fn forward(client: TcpStream, server: TcpStream, counts: Arc<Counts>) {
 /// SSL negotiation, which the URL turns off), until an answer is to be lost: then nothing more is
 /// passed on, and once the server is ready for the next query (the statement has ended) the
 /// connection is closed.
+/// One protocol message after the startup: its type byte with its length, and its body.
+async fn message(from: &mut tokio::net::tcp::OwnedReadHalf) -> std::io::Result<([u8; 5], Vec<u8>)> {
+    let mut head = [0u8; 5];
+    from.read_exact(&mut head).await?;
+    let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
+    let mut body = vec![0u8; n.saturating_sub(4)];
+    from.read_exact(&mut body).await?;
+    Ok((head, body))
+}
+
 async fn downstream(
     mut from: tokio::net::tcp::OwnedReadHalf,
     mut to: tokio::net::tcp::OwnedWriteHalf,
@@ -139,11 +149,7 @@ async fn downstream(
     losing: Arc<AtomicBool>,
 ) -> std::io::Result<()> {
     loop {
-        let mut head = [0u8; 5];
-        from.read_exact(&mut head).await?;
-        let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut body = vec![0u8; n.saturating_sub(4)];
-        from.read_exact(&mut body).await?;
+        let (head, body) = message(&mut from).await?;
         if losing.load(Ordering::Acquire) {
             if head[0] == b'Z' {
                 counts.lost.fetch_add(1, Ordering::AcqRel);
@@ -172,11 +178,7 @@ async fn upstream(
     to.write_all(&body).await?;
     let mut executed = false;
     loop {
-        let mut head = [0u8; 5];
-        from.read_exact(&mut head).await?;
-        let n = u32::from_be_bytes([head[1], head[2], head[3], head[4]]) as usize;
-        let mut body = vec![0u8; n.saturating_sub(4)];
-        from.read_exact(&mut body).await?;
+        let (head, body) = message(&mut from).await?;
         // Counted before the message reaches the server, so before any answer to it.
         match head[0] {
             b'E' => executed = true,
