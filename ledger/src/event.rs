@@ -145,14 +145,21 @@ impl Event {
         self
     }
 
+    /// A new event id, time-ordered (UUID v7), for an event this transaction inserts, here or in
+    /// a server-side function: the transaction's witness of its commit
+    /// (`Ledger::committed_after_all`), should the COMMIT's answer be lost.
+    pub fn id_of_commit() -> Uuid {
+        let event_id = Uuid::now_v7();
+        let _ = crate::store::COMMIT_MARKER.try_with(|m| m.set(Some(event_id)));
+        event_id
+    }
+
     pub async fn insert(self, conn: &mut PgConnection) -> Result<()> {
         let processor = self
             .processor_name
             .map(str::to_string)
             .unwrap_or_else(|| self.name.to_lowercase());
-        let event_id = Uuid::now_v7();
-        // The transaction's witness of its commit (`Ledger::committed_after_all`).
-        let _ = crate::store::COMMIT_MARKER.try_with(|m| m.set(Some(event_id)));
+        let event_id = Event::id_of_commit();
         sqlx::query(
             "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key, \
                partition_id, process_group, processor_name, attempt_no, row_count, error_class, error_code, message, details) \

@@ -628,29 +628,6 @@ pub(crate) async fn notify_dispatch(conn: &mut PgConnection, payload: &str) -> R
     Ok(())
 }
 
-/// The run-heartbeat refresh of a report or a new claim (§5.3 rule 5), as the `run_beat` CTE of
-/// the statement that ends it (`$1` is the run): skipped when fresh (< 1 s) or when another
-/// transaction holds the row's write lock, so it never queues; and only while the run is
-/// EXTRACTING (a report recorded for a finished run must not postpone its stale alert).
-macro_rules! run_heartbeat_cte {
-    () => {
-        $crate::store::run_heartbeat_cte!("true")
-    };
-    // `$when`: an SQL condition that must hold too (the statement's other CTEs are visible).
-    ($when:literal) => {
-        concat!(
-            "run_beat AS ( \
-            UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() \
-             WHERE run_id IN (SELECT run_id FROM nifi_ops.load_run \
-                               WHERE run_id = $1 AND status = 'EXTRACTING' \
-                                 AND heartbeat_at < clock_timestamp() - interval '1 second' AND (",
-            $when,
-            ") FOR NO KEY UPDATE SKIP LOCKED) RETURNING 1)"
-        )
-    };
-}
-pub(crate) use run_heartbeat_cte;
-
 /// The effective settings of every job with a valid override, plus the same as parallel arrays for
 /// `unnest(...)` in SQL (job keys; success, failed retention; stale, validation-stale seconds).
 /// Jobs without one are absent: the global values apply to them.

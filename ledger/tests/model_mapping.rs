@@ -119,9 +119,14 @@ const GUARDS: &[Guard] = &[
                 "IF v_claim_token IS DISTINCT FROM p_claim_token THEN \
                  outcome := 'CLAIM_MISMATCH'; RETURN; END IF;",
             ),
-            Code::Sql(
+            Code::Migration(
+                "20261204000014_partition_success_function.sql",
+                "WHERE run_id = p_run_id AND partition_id = p_partition_id AND status = 'RUNNING' \
+                 AND claim_token = p_claim_token; won := FOUND; IF NOT won THEN RETURN; END IF;",
+            ),
+            Code::Stmt(
                 "partition_succeeded",
-                "WHERE run_id = $1 AND partition_id = $2 AND status = 'RUNNING' AND claim_token = $3",
+                "if !won { return Err(LedgerError::Corrupt(\"partition changed under its row lock\".into())); }",
             ),
         ],
     },
@@ -138,16 +143,23 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_PIN",
         property: "6-at-least-one",
         code: &[
-            Code::Sql(
-                "partition_succeeded",
-                "WHERE run_id = $1 AND partition_id > $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
-                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
+            Code::Migration(
+                "20261204000014_partition_success_function.sql",
+                "WHERE run_id = p_run_id AND partition_id > p_partition_id \
+                 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED),",
+            ),
+            Code::Migration(
+                "20261204000014_partition_success_function.sql",
+                "WHERE run_id = p_run_id AND partition_id < p_partition_id \
+                 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
+                 AND NOT EXISTS (SELECT 1 FROM after) \
+                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED) \
+                 SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before) INTO pinned;",
             ),
             Code::Sql(
                 "partition_succeeded",
-                "WHERE run_id = $1 AND partition_id < $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
-                 AND NOT EXISTS (SELECT 1 FROM after) \
-                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
+                "SELECT won, pinned FROM nifi_ops.partition_success(",
             ),
             Code::Stmt("partition_succeeded", "if pinned { return Ok(()); }"),
             Code::Sql(
@@ -163,8 +175,8 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_PIN_WITHOUT_LOCK",
         property: "completion-at-least-once",
         code: &[
-            Code::Sql(
-                "partition_succeeded",
+            Code::Migration(
+                "20261204000014_partition_success_function.sql",
                 "ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
             Code::Sql("lock_partition", "FOR UPDATE"),
@@ -1013,6 +1025,7 @@ fn the_scanners_find_what_the_ledger_has() {
         );
     }
     assert!(ops["report_chunk"].contains("PARTITION_SUCCESS"));
+    assert!(sql_functions()["nifi_ops.partition_success"].contains("PARTITION_SUCCESS"));
     // Written by the server-side function the operation calls (through the const holding its
     // statement).
     assert!(

@@ -23,6 +23,12 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
 
 /// A fresh database and a ledger of one connection through a forwarder to it: every statement
 /// of the ledger passes the forwarder on that connection.
+/// The report that completes a run: the one-statement try, BEGIN, the run lock, the chunk
+/// statement, the SUCCESS with its pin, the run row's write lock, the completion (its CAS, the
+/// VALIDATE_RUN outbox row, two NOTIFYs, its event: five), COMMIT. Fourteen before the success
+/// became one statement.
+const COMPLETING_STATEMENTS: u64 = 12;
+
 async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
     let db = TestDb::fresh().await;
     let wire = RoundTrips::start(&db.url).await;
@@ -115,9 +121,12 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
             RunStatus::Extracting
         )
     );
-    assert!(
-        decision > 3,
-        "the deciding report sent {decision} statements"
+    // The one-statement try, BEGIN, the run lock, the chunk statement, the partition's SUCCESS
+    // with its event and pin (`nifi_ops.partition_success`), COMMIT. Eight before the success
+    // became one statement (the SUCCESS, the event and the pin were three).
+    assert_eq!(
+        decision, 6,
+        "statements of the deciding report of a partition that is not the last"
     );
     // A report to the succeeded partition that changes a chunk is a conflict, decided (and rolled
     // back) in a transaction; its identical replay is answered in one statement.
@@ -160,11 +169,14 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
         "a single chunk's statements, the last of four's less the one-statement try"
     );
     // The other partition completes the run, exactly once.
+    let mut completing = 0;
     for i in 0..4 {
+        let before = wire.statements();
         let out = ledger
             .report_chunk(run, "0001", &report(token, i, 4, path("0001", i)))
             .await
             .unwrap();
+        completing = wire.statements() - before;
         let expected = if i == 3 {
             ChunkResult::RunComplete
         } else {
@@ -172,6 +184,11 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
         };
         assert_eq!(out.result, expected, "chunk {i} of 0001");
     }
+    // The last success pins nothing: it then locks the run row, recounts and completes.
+    assert_eq!(
+        completing, COMPLETING_STATEMENTS,
+        "statements of the report that completes the run"
+    );
     let mut conn = db.conn().await;
     let (status, files, records): (String, i64, i64) = sqlx::query_as(
         "SELECT r.status, (SELECT count(*) FROM nifi_ops.load_file f WHERE f.run_id = r.run_id), \

@@ -10,7 +10,7 @@ use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, alone, run_heartbeat_cte, run_lock_key, transaction};
+use crate::store::{Ledger, RunLock, alone, run_lock_key, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -314,10 +314,16 @@ impl Ledger {
     ) -> Result<()> {
         let rows = i64::try_from(agg.rows).map_err(|_| LedgerError::Corrupt("rows".into()))?;
         let bytes = agg.bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
-        let won = sqlx::query(
-            "UPDATE nifi_ops.load_partition SET status = 'SUCCESS', actual_row_count = $4, file_count = $5, \
-                fragment_count = $5, byte_count = $6, completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
-              WHERE run_id = $1 AND partition_id = $2 AND status = 'RUNNING' AND claim_token = $3",
+        // The SUCCESS, its event and the pin of an unfinished sibling, in one round trip
+        // (`nifi_ops.partition_success`, migration 20261204000014): completion without a queue on
+        // the run row (issue 30 item 3; spec/model/completion.pml checks it statement by
+        // statement, and the function keeps the statements). A success that pins a sibling is not
+        // the last (the sibling's report takes it FOR UPDATE and waits for this one to commit, so
+        // its success sees this one) and leaves without touching the run row: siblings' successes
+        // do not queue on it.
+        let event_id = Event::id_of_commit();
+        let (won, pinned): (bool, bool) = sqlx::query_as(
+            "SELECT won, pinned FROM nifi_ops.partition_success($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         )
         .bind(run.run_id)
         .bind(pid)
@@ -325,50 +331,18 @@ impl Ledger {
         .bind(rows)
         .bind(agg.files as i32)
         .bind(bytes)
-        .execute(&mut *conn)
-        .await?
-        .rows_affected()
-            == 1;
+        .bind(event_id)
+        .bind(&run.job_key)
+        .bind(&run.business_key)
+        .fetch_one(&mut *conn)
+        .await?;
         if !won {
             return Err(LedgerError::Corrupt(
                 "partition changed under its row lock".into(),
             ));
         }
-        Event::new(Level::Info, "PARTITION_SUCCESS")
-            .run(run)
-            .partition(pid)
-            .rows(Some(rows))
-            .details(json!({"files": agg.files, "bytes": bytes}))
-            .insert(conn)
-            .await?;
         out.partition_status = PartitionStatus::Success;
         out.result = ChunkResult::PartitionSuccess;
-        // Completion without a queue on the run row (issue 30 item 3; spec/model/completion.pml
-        // checks it statement by statement). The success pins one unfinished sibling partition,
-        // the first after its own (then before it), that no other transaction holds: `FOR KEY
-        // SHARE SKIP LOCKED` skips a row a report or claim holds FOR UPDATE, and re-checks a row
-        // updated since the statement's snapshot on its newest version. The pinned sibling cannot
-        // be decided before this transaction commits (its report takes it FOR UPDATE and waits),
-        // so its success will see this one: this one is not the last, and leaves without touching
-        // the run row. Siblings' successes therefore do not queue on it. The run's heartbeat is
-        // refreshed here in §5.3 rule 5's form (the chunk statement left it to the decision).
-        let pinned: bool = sqlx::query_scalar(concat!(
-            "WITH after AS ( \
-                SELECT 1 FROM nifi_ops.load_partition \
-                 WHERE run_id = $1 AND partition_id > $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
-                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED), \
-             before AS ( \
-                SELECT 1 FROM nifi_ops.load_partition \
-                 WHERE run_id = $1 AND partition_id < $2 AND status IN ('PENDING', 'RUNNING', 'RETRY') \
-                   AND NOT EXISTS (SELECT 1 FROM after) \
-                 ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED), ",
-            run_heartbeat_cte!(),
-            " SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before)"
-        ))
-        .bind(run.run_id)
-        .bind(pid)
-        .fetch_one(&mut *conn)
-        .await?;
         if pinned {
             return Ok(());
         }

@@ -845,12 +845,14 @@ impl WalProbe {
         })
     }
 
-    /// `{"wal": {records, bytes, fpi, *_per_request}, "updates": {table: {upd, hot_upd, hot_share}}}`.
+    /// `{"wal": {records, bytes, fpi, statements, *_per_request}, "updates": {table: {upd, hot_upd, hot_share}}}`.
     pub async fn finish(self, b: &Bench, requests: u64) -> anyhow::Result<Value> {
         let mut db = b.db().await?;
-        let (records, bytes, fpi): (i64, i64, i64) = sqlx::query_as(
+        // `calls` counts statements on the wire, BEGIN and COMMIT included (track_utility is on
+        // by default): each is one round trip for sqlx, which sends a statement and waits for it.
+        let (records, bytes, fpi, statements): (i64, i64, i64, i64) = sqlx::query_as(
             "SELECT COALESCE(sum(wal_records), 0)::int8, COALESCE(sum(wal_bytes), 0)::int8, \
-                    COALESCE(sum(wal_fpi), 0)::int8 \
+                    COALESCE(sum(wal_fpi), 0)::int8, COALESCE(sum(calls), 0)::int8 \
                FROM pg_stat_statements WHERE toplevel \
                 AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database())",
         )
@@ -876,7 +878,8 @@ impl WalProbe {
         }
         Ok(json!({
             "wal": {"requests": requests, "records": records, "bytes": bytes, "fpi": fpi,
-                    "records_per_request": per(records), "bytes_per_request": per(bytes)},
+                    "records_per_request": per(records), "bytes_per_request": per(bytes),
+                    "statements": statements, "statements_per_request": per(statements)},
             "updates": updates,
         }))
     }
