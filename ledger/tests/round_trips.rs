@@ -6,7 +6,7 @@
 //! And the run-directory rule (§4.7 step 4), which now lives in record_chunk, refuses every alias
 //! of a file and nothing else.
 use ledger::{ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus};
-use testkit::{RoundTrips, TestDb, manifest, new_run};
+use testkit::{RoundTrips, TestDb, claim_all, manifest, new_run};
 use uuid::Uuid;
 
 fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
@@ -48,15 +48,7 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
         .await
         .unwrap();
     let token = Uuid::new_v4();
-    for pid in ["0000", "0001", "0002"] {
-        assert!(
-            ledger
-                .claim_partition(run, pid, token, "nifi-01")
-                .await
-                .unwrap()
-                .claimed
-        );
-    }
+    claim_all(&ledger, run, &["0000", "0001", "0002"], token).await;
     let path = |pid: &str, i: i32| format!("{}/p={pid}/part-{i}.parquet", created.hdfs_run_path);
     // The first report prepares the statement on the connection (a Parse/Describe exchange of
     // its own, once per connection): measured from the second on.

@@ -5,7 +5,7 @@
 //! Counted from PostgreSQL's own statistics (`n_tup_upd`, `n_tup_hot_upd`).
 use ledger::{ChunkReport, Decimal38, Ledger, LedgerConfig, Manifest, ManifestPartition};
 use sqlx::PgConnection;
-use testkit::{TestDb, new_run};
+use testkit::{TestDb, claim_all, new_run};
 use uuid::Uuid;
 
 /// (updates, HOT updates) of a table so far, after the ledger's backend flushed its statistics.
@@ -75,13 +75,7 @@ async fn chunk_reports_write_no_needless_row_versions() {
     };
     ledger.register_manifest(run, &m).await.unwrap();
     let token = Uuid::new_v4();
-    assert!(
-        ledger
-            .claim_partition(run, pid, token, "nifi-01")
-            .await
-            .unwrap()
-            .claimed
-    );
+    claim_all(&ledger, run, &[pid], token).await;
     // Both heartbeats as a report finds them after a while without one.
     sqlx::query("UPDATE nifi_ops.load_partition SET heartbeat_at = heartbeat_at - interval '10 seconds' WHERE run_id = $1")
         .bind(run)

@@ -17,7 +17,7 @@
 use ledger::{Actor, ChunkReport, ChunkResult, Ledger, LedgerConfig, PartitionStatus, RunStatus};
 use sqlx::{Connection, PgConnection};
 use std::time::{Duration, Instant};
-use testkit::{TestDb, manifest, new_run};
+use testkit::{TestDb, claim_all, manifest, new_run};
 use uuid::Uuid;
 
 /// Waits until `n` backends of the test database wait for a heavyweight lock, `on` of them on
@@ -359,18 +359,6 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
         ),
         (ids(&first), 1, RunStatus::Extracting, false)
     );
-}
-
-async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
-    for pid in pids {
-        assert!(
-            ledger
-                .claim_partition(run, pid, token, "nifi-01")
-                .await
-                .unwrap()
-                .claimed
-        );
-    }
 }
 
 fn chunk_of(token: Uuid, path: &str, pid: &str, index: i32, count: i32, rows: i64) -> ChunkReport {

@@ -211,6 +211,17 @@ pub fn manifest(rows: &[i64]) -> ledger::Manifest {
     }
 }
 
+/// Claims each of `pids` with `token` as worker `nifi-01`, asserting that every claim is granted.
+pub async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
+    for pid in pids {
+        let claim = ledger
+            .claim_partition(run, pid, token, "nifi-01")
+            .await
+            .unwrap_or_else(|e| panic!("claim of {pid}: {e}"));
+        assert!(claim.claimed, "claim of {pid} refused: {claim:?}");
+    }
+}
+
 /// A certificate authority of its own for TLS tests: its PEM and what signs with it.
 pub struct TestCa {
     pub pem: String,
