@@ -5,7 +5,10 @@
 //! (`nifi_ops.claim_partition`, migration 20261204000013), and still writes its event with it.
 //! And the run-directory rule (§4.7 step 4), which now lives in record_chunk, refuses every alias
 //! of a file and nothing else.
-use ledger::{ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus};
+use ledger::{
+    Actor, ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus,
+};
+use sqlx::postgres::PgListener;
 use testkit::{RoundTrips, TestDb, claim_all, manifest, new_run};
 use uuid::Uuid;
 
@@ -24,10 +27,10 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
 /// A fresh database and a ledger of one connection through a forwarder to it: every statement
 /// of the ledger passes the forwarder on that connection.
 /// The report that completes a run: the one-statement try, BEGIN, the run lock, the chunk
-/// statement, the SUCCESS with its pin, the run row's write lock, the completion (its CAS, the
-/// VALIDATE_RUN outbox row, two NOTIFYs, its event: five), COMMIT. Fourteen before the success
-/// became one statement.
-const COMPLETING_STATEMENTS: u64 = 12;
+/// statement, the SUCCESS with its pin, the run row's write lock, the completion (its CAS, which
+/// also sends both NOTIFYs, the VALIDATE_RUN outbox row, its event: three), COMMIT. Fourteen
+/// before the success became one statement and the NOTIFYs rode on the CAS.
+const COMPLETING_STATEMENTS: u64 = 10;
 
 async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
     let db = TestDb::fresh().await;
@@ -539,4 +542,100 @@ async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
         .await
         .unwrap();
     assert!(again.started);
+}
+
+/// The notifications received until a marker sent now arrives (notifications come in commit
+/// order, so this is everything committed before it), as (channel, payload).
+async fn notified_until_now(db: &TestDb, listener: &mut PgListener) -> Vec<(String, String)> {
+    let marker = Uuid::new_v4().to_string();
+    sqlx::query("SELECT pg_notify('load_run', $1)")
+        .bind(&marker)
+        .execute(&mut db.conn().await)
+        .await
+        .unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+            .await
+            .expect("the marker notification within 10 s")
+            .unwrap();
+        if n.payload() == marker {
+            return seen;
+        }
+        seen.push((n.channel().to_string(), n.payload().to_string()));
+    }
+}
+
+/// A run's status changes wake the LoadRun mirror (§3.9) and, on completion, the dispatcher
+/// (§6.1) from the statement that makes them (`RETURNING pg_notify(…)` of the CAS): the
+/// notifications arrive, cost no statement of their own, and none is sent when nothing changed.
+#[tokio::test]
+async fn a_status_change_notifies_from_the_statement_that_makes_it() {
+    let (db, wire, ledger) = through_the_forwarder().await;
+    let mut listener = PgListener::connect(&db.url).await.unwrap();
+    listener
+        .listen_all(["load_run", "load_dispatch"])
+        .await
+        .unwrap();
+    let created = ledger.create_run(&new_run("notify")).await.unwrap();
+    let run = created.run_id;
+    ledger
+        .register_manifest(run, &manifest(&[10]))
+        .await
+        .unwrap();
+    let token = Uuid::new_v4();
+    claim_all(&ledger, run, &["0000"], token).await;
+    notified_until_now(&db, &mut listener).await;
+
+    let before = wire.statements();
+    let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
+    let done = ledger
+        .report_chunk(run, "0000", &report(token, 0, 1, path))
+        .await
+        .unwrap();
+    assert_eq!(done.result, ChunkResult::RunComplete);
+    // A partition of one chunk decides at once: no one-statement try.
+    assert_eq!(
+        wire.statements() - before,
+        COMPLETING_STATEMENTS - 1,
+        "statements of the single chunk that completes the run"
+    );
+    let mut woken = notified_until_now(&db, &mut listener).await;
+    woken.sort();
+    assert_eq!(
+        woken,
+        vec![
+            ("load_dispatch".to_string(), run.to_string()),
+            ("load_run".to_string(), run.to_string())
+        ],
+        "the completion wakes the dispatcher and the mirror"
+    );
+
+    let actor = Actor {
+        name: "alice".into(),
+        role: "operator".into(),
+    };
+    let cancelled = ledger
+        .cancel_run(run, "no longer needed", &actor, None)
+        .await
+        .unwrap();
+    assert_eq!(
+        (cancelled.changed, cancelled.run_status),
+        (true, RunStatus::Cancelled)
+    );
+    assert_eq!(
+        notified_until_now(&db, &mut listener).await,
+        vec![("load_run".to_string(), run.to_string())],
+        "a transition wakes the mirror"
+    );
+    let again = ledger
+        .cancel_run(run, "no longer needed", &actor, None)
+        .await
+        .unwrap();
+    assert!(!again.changed);
+    assert_eq!(
+        notified_until_now(&db, &mut listener).await,
+        vec![],
+        "nothing changed, nothing sent"
+    );
 }

@@ -2,10 +2,13 @@
 //! enqueues its one VALIDATE_RUN dispatch.
 use crate::error::Result;
 use crate::event::{Event, Level};
-use crate::store::{RunRow, notify_dispatch, notify_run};
+use crate::store::RunRow;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+/// The CAS wakes the dispatcher and the LoadRun mirror itself (its `RETURNING pg_notify(…)`,
+/// delivered at commit, only when it won): no statement of its own for either.
+///
 /// Must run while this transaction holds the run row's write lock (the manifest's FOR UPDATE, or
 /// a possibly-last success's `FOR NO KEY UPDATE`), in a statement after the one that waited for it,
 /// so the recount sees every committed success. Release 0.1.0's copy of this CAS runs after its
@@ -21,7 +24,8 @@ pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -
                    FROM nifi_ops.load_partition WHERE run_id = $1) p \
           WHERE r.run_id = $1 AND r.status = 'EXTRACTING' \
             AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count \
-            AND p.rows = r.source_count",
+            AND p.rows = r.source_count \
+         RETURNING pg_notify('load_dispatch', $1::text), pg_notify('load_run', $1::text)",
     )
     .bind(run.run_id)
     .execute(&mut *conn)
@@ -39,8 +43,6 @@ pub(crate) async fn complete_extraction(conn: &mut PgConnection, run: &RunRow) -
     .bind(run.run_id)
     .execute(&mut *conn)
     .await?;
-    notify_dispatch(conn, &run.run_id.to_string()).await?;
-    notify_run(conn, run.run_id).await?;
     Event::new(Level::Info, "EXTRACT_VALIDATED")
         .run(run)
         .rows(run.source_count)

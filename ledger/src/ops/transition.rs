@@ -1,9 +1,9 @@
 //! Every run status change (CONTRACT §2.1–§2.2): the CAS on the expected status, `heartbeat_at`,
-//! `version_no`, `completed_at` on entering a terminal status, the NOTIFY, and — in the same
+//! `version_no`, `completed_at` on entering a terminal status, the NOTIFY (§3.9: the LoadRun
+//! mirror's wake-up, sent by the CAS statement itself, one round trip fewer), and — in the same
 //! transaction — the [v1-ext] closing of unfinished partitions and pending dispatches.
 use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
-use crate::store::notify_run;
 use crate::text::{cut, message};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -53,7 +53,8 @@ pub(crate) async fn transition(
             heartbeat_at = clock_timestamp(), version_no = version_no + 1, \
             success_partition_count = CASE WHEN $2 = 'EXTRACTING' THEN (SELECT count(*) FROM nifi_ops.load_partition p \
                 WHERE p.run_id = $1 AND p.status = 'SUCCESS') ELSE success_partition_count END \
-          WHERE run_id = $1 AND status = $2",
+          WHERE run_id = $1 AND status = $2 \
+          RETURNING pg_notify('load_run', $1::text)",
     )
     .bind(run_id)
     .bind(from.as_str())
@@ -94,7 +95,6 @@ pub(crate) async fn transition(
             .execute(&mut *conn)
             .await?;
     }
-    notify_run(conn, run_id).await?;
     Ok(Some(aborted))
 }
 
