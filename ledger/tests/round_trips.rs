@@ -9,7 +9,7 @@ use ledger::{
     Actor, ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus,
 };
 use sqlx::postgres::PgListener;
-use testkit::{RoundTrips, TestDb, claim_all, manifest, new_run};
+use testkit::{RoundTrips, TestDb, claim_all, extracting_run, new_run};
 use uuid::Uuid;
 
 fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
@@ -32,6 +32,13 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
 /// before the success became one statement and the NOTIFYs rode on the CAS.
 const COMPLETING_STATEMENTS: u64 = 10;
 
+/// What `call` answers, and the statements it sent.
+async fn counted<T>(wire: &RoundTrips, call: impl std::future::Future<Output = T>) -> (T, u64) {
+    let before = wire.statements();
+    let out = call.await;
+    (out, wire.statements() - before)
+}
+
 async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
     let db = TestDb::fresh().await;
     let wire = RoundTrips::start(&db.url).await;
@@ -44,12 +51,8 @@ async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
 #[tokio::test]
 async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
     let (db, wire, ledger) = through_the_forwarder().await;
-    let created = ledger.create_run(&new_run("round-trips")).await.unwrap();
+    let created = extracting_run(&ledger, "round-trips", &[40, 40, 10]).await;
     let run = created.run_id;
-    ledger
-        .register_manifest(run, &manifest(&[40, 40, 10]))
-        .await
-        .unwrap();
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000", "0001", "0002"], token).await;
     let path = |pid: &str, i: i32| format!("{}/p={pid}/part-{i}.parquet", created.hdfs_run_path);
@@ -152,14 +155,14 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
     );
     // A partition of one chunk: its only report decides, so it goes to the deciding transaction
     // at once (one statement fewer than a last chunk, which tries alone first).
-    let before = wire.statements();
-    let single = ledger
-        .report_chunk(run, "0002", &report(token, 0, 1, path("0002", 0)))
-        .await
-        .unwrap();
-    assert_eq!(single.result, ChunkResult::PartitionSuccess);
+    let (single, sent) = counted(
+        &wire,
+        ledger.report_chunk(run, "0002", &report(token, 0, 1, path("0002", 0))),
+    )
+    .await;
+    assert_eq!(single.unwrap().result, ChunkResult::PartitionSuccess);
     assert_eq!(
-        wire.statements() - before,
+        sent,
         decision - 1,
         "a single chunk's statements, the last of four's less the one-statement try"
     );
@@ -205,12 +208,8 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
 async fn the_run_directory_rule_refuses_every_alias_and_nothing_else() {
     let db = TestDb::fresh().await;
     let ledger = db.ledger(2, LedgerConfig::default()).await;
-    let created = ledger.create_run(&new_run("paths")).await.unwrap();
+    let created = extracting_run(&ledger, "paths", &[1_000]).await;
     let run = created.run_id;
-    ledger
-        .register_manifest(run, &manifest(&[1_000]))
-        .await
-        .unwrap();
     let token = Uuid::new_v4();
     ledger
         .claim_partition(run, "0000", token, "nifi-01")
@@ -281,12 +280,8 @@ async fn the_run_directory_rule_refuses_every_alias_and_nothing_else() {
 #[tokio::test]
 async fn a_claim_is_one_round_trip_whatever_it_answers() {
     let (db, wire, ledger) = through_the_forwarder().await;
-    let created = ledger.create_run(&new_run("claim-trips")).await.unwrap();
+    let created = extracting_run(&ledger, "claim-trips", &[10, 10, 10]).await;
     let run = created.run_id;
-    ledger
-        .register_manifest(run, &manifest(&[10, 10, 10]))
-        .await
-        .unwrap();
     let token = Uuid::new_v4();
     // The first claim prepares the statement on the connection: measured from the second on.
     ledger
@@ -393,12 +388,8 @@ async fn a_claim_is_one_round_trip_whatever_it_answers() {
 #[tokio::test]
 async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_same() {
     let (db, wire, ledger) = through_the_forwarder().await;
-    let created = ledger.create_run(&new_run("lost-answers")).await.unwrap();
+    let created = extracting_run(&ledger, "lost-answers", &[30, 30]).await;
     let run = created.run_id;
-    ledger
-        .register_manifest(run, &manifest(&[30, 30]))
-        .await
-        .unwrap();
     let token = Uuid::new_v4();
     ledger
         .claim_partition(run, "0000", token, "nifi-01")
@@ -471,12 +462,8 @@ async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
     // Two runs, each extracted and waiting for its validation start.
     let mut waiting = Vec::new();
     for key in ["commit-kept", "commit-dropped"] {
-        let created = ledger.create_run(&new_run(key)).await.unwrap();
+        let created = extracting_run(&ledger, key, &[10]).await;
         let run = created.run_id;
-        ledger
-            .register_manifest(run, &manifest(&[10]))
-            .await
-            .unwrap();
         let token = Uuid::new_v4();
         ledger
             .claim_partition(run, "0000", token, "nifi-01")
@@ -577,26 +564,22 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
         .listen_all(["load_run", "load_dispatch"])
         .await
         .unwrap();
-    let created = ledger.create_run(&new_run("notify")).await.unwrap();
+    let created = extracting_run(&ledger, "notify", &[10]).await;
     let run = created.run_id;
-    ledger
-        .register_manifest(run, &manifest(&[10]))
-        .await
-        .unwrap();
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000"], token).await;
     notified_until_now(&db, &mut listener).await;
 
-    let before = wire.statements();
     let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
-    let done = ledger
-        .report_chunk(run, "0000", &report(token, 0, 1, path))
-        .await
-        .unwrap();
-    assert_eq!(done.result, ChunkResult::RunComplete);
+    let (done, sent) = counted(
+        &wire,
+        ledger.report_chunk(run, "0000", &report(token, 0, 1, path)),
+    )
+    .await;
+    assert_eq!(done.unwrap().result, ChunkResult::RunComplete);
     // A partition of one chunk decides at once: no one-statement try.
     assert_eq!(
-        wire.statements() - before,
+        sent,
         COMPLETING_STATEMENTS - 1,
         "statements of the single chunk that completes the run"
     );

@@ -211,6 +211,19 @@ pub fn manifest(rows: &[i64]) -> ledger::Manifest {
     }
 }
 
+/// A new run (`new_run(bk)`) with the manifest `manifest(rows)` registered: EXTRACTING.
+pub async fn extracting_run(ledger: &Ledger, bk: &str, rows: &[i64]) -> ledger::CreatedRun {
+    let created = ledger
+        .create_run(&new_run(bk))
+        .await
+        .expect("create the run");
+    ledger
+        .register_manifest(created.run_id, &manifest(rows))
+        .await
+        .expect("register its manifest");
+    created
+}
+
 /// Claims each of `pids` with `token` as worker `nifi-01`, asserting that every claim is granted.
 pub async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
     for pid in pids {
