@@ -1034,3 +1034,138 @@ async fn a_tick_costs_the_same_statements_for_two_stuck_runs_or_twelve() {
         "statements of a tick with 2 and with 12 runs stuck (alerted within their window)"
     );
 }
+
+/// Rule 2 waits at most 5 s for a run (`lock_timeout`): a run held longer is left for the next
+/// tick, and the rule goes on with the other runs due (cargo-mutants: the 55P03 guard made false,
+/// or `==` → `!=`, failed the whole rule, so one busy run kept every other deadline waiting).
+#[tokio::test]
+async fn a_run_held_past_the_deadline_wait_is_left_for_the_next_tick() {
+    use sqlx::Connection;
+    let env = Env::start(|_| {}).await;
+    let (busy, _) = env.extracting("BUSY", &[3]).await;
+    let (due, _) = env.extracting("DUE", &[3]).await;
+    // BUSY is the older, so the rule comes to it first.
+    for (run, age) in [(busy, "8 hours"), (due, "7 hours")] {
+        env.exec(
+            &format!("UPDATE nifi_ops.load_run SET started_at = now() - interval '{age}' WHERE run_id = $1"),
+            run,
+        )
+        .await;
+    }
+    let mut holder = env.conn().await;
+    let mut tx = holder.begin().await.unwrap();
+    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE")
+        .bind(busy)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let held = sweep(&env).await;
+    tx.rollback().await.unwrap();
+    assert_eq!(
+        (
+            held.actions.get("timeout_run_deadline"),
+            held.rule_errors.len()
+        ),
+        (Some(&1), 0),
+        "DUE timed out, BUSY left: {held:?}"
+    );
+    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
+    assert_eq!(
+        (env.text(sql, busy).await, env.text(sql, due).await),
+        (Some("EXTRACTING".into()), Some("TIMED_OUT".into()))
+    );
+    let free = sweep(&env).await;
+    assert_eq!(
+        free.actions.get("timeout_run_deadline"),
+        Some(&1),
+        "BUSY at the next tick: {free:?}"
+    );
+}
+
+/// Rule 2 selects runs past the shortest `run_timeout` of any job, then judges each by its own
+/// job's: a run past the global 6 h whose job allows 12 h is not timed out (cargo-mutants: `||` →
+/// `&&` in the judgement timed it out).
+#[tokio::test]
+async fn a_run_past_the_shortest_deadline_but_not_its_own_keeps_running() {
+    let env = Env::start(|_| {}).await;
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"recovery": {"run_timeout": "12h"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    let (patient, _) = env.extracting("PATIENT", &[3]).await;
+    let (due, _) = env.extracting("DUE", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    for run in [patient, due] {
+        env.exec(
+            "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+            run,
+        )
+        .await;
+    }
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("timeout_run_deadline"),
+        Some(&1),
+        "{report:?}"
+    );
+    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
+    assert_eq!(
+        (env.text(sql, patient).await, env.text(sql, due).await),
+        (Some("EXTRACTING".into()), Some("TIMED_OUT".into()))
+    );
+}
+
+/// Only a lock timeout leaves a run for the next tick: any other failure while timing a run out
+/// fails rule 2 and is reported (`rule_errors`, the `sweeper_rule_error` log line), not swallowed
+/// (cargo-mutants: the 55P03 guard made true). The failure: a trigger refusing the run's
+/// RUN_TIMED_OUT event.
+#[tokio::test]
+async fn a_run_that_fails_to_time_out_is_reported() {
+    let env = Env::start(|_| {}).await;
+    let (run, _) = env.extracting("K", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let mut db = env.conn().await;
+    for ddl in [
+        "CREATE FUNCTION public.refuse_event() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN \
+           RAISE EXCEPTION 'refused by the test'; END $$",
+        "CREATE TRIGGER refuse BEFORE INSERT ON nifi_ops.load_event FOR EACH ROW \
+           WHEN (NEW.event_name = 'RUN_TIMED_OUT') EXECUTE FUNCTION public.refuse_event()",
+    ] {
+        sqlx::query(ddl).execute(&mut db).await.unwrap();
+    }
+    let report = sweep(&env).await;
+    assert_eq!(report.actions.get("timeout_run_deadline"), None);
+    assert!(
+        report
+            .rule_errors
+            .iter()
+            .any(|(rule, e)| *rule == "run_deadline" && e.contains("refused by the test")),
+        "{report:?}"
+    );
+    assert_eq!(
+        env.text(
+            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("EXTRACTING"),
+        "rolled back whole"
+    );
+}
