@@ -1169,3 +1169,44 @@ async fn a_run_that_fails_to_time_out_is_reported() {
         "rolled back whole"
     );
 }
+
+/// Rule 3 selects SENT dispatches past the shortest `ack_timeout` of any job, then judges each by
+/// its own run's job: a dispatch 11 minutes old whose job waits 30 minutes stays SENT
+/// (cargo-mutants: `<` → `==` in that judgement requeued it).
+#[tokio::test]
+async fn a_dispatch_past_the_shortest_ack_timeout_but_not_its_own_stays_sent() {
+    let env = Env::start(|_| {}).await;
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"dispatch": {"ack_timeout": "30m"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    let (patient, _) = env.validated("PATIENT").await;
+    let (due, _) = env.validated("DUE").await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    for run in [patient, due] {
+        env.exec("UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 1, sent_at = now() - interval '11 minutes' WHERE run_id = $1", run).await;
+    }
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("requeue_dispatch"),
+        Some(&1),
+        "{report:?}"
+    );
+    let sql = "SELECT status FROM nifi_ops.load_dispatch WHERE run_id = $1";
+    assert_eq!(
+        (env.text(sql, patient).await, env.text(sql, due).await),
+        (Some("SENT".into()), Some("PENDING".into()))
+    );
+}
