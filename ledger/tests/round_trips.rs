@@ -622,3 +622,40 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
         "nothing changed, nothing sent"
     );
 }
+
+/// A partition success whose COMMIT's answer is lost is answered as the success it was: its
+/// event, written by `nifi_ops.partition_success`, is the transaction's witness
+/// (`Event::id_of_commit`), looked for from a new connection.
+#[tokio::test]
+async fn a_partition_success_whose_commit_answer_is_lost_is_answered_as_a_success() {
+    let (db, wire, ledger) = through_the_forwarder().await;
+    let created = extracting_run(&ledger, "success-kept", &[10, 10]).await;
+    let run = created.run_id;
+    let token = Uuid::new_v4();
+    claim_all(&ledger, run, &["0000", "0001"], token).await;
+    wire.lose_next_commit_answer();
+    let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
+    let done = ledger
+        .report_chunk(run, "0000", &report(token, 0, 1, path))
+        .await
+        .expect("the success committed: answered as such");
+    assert_eq!(wire.answers_lost(), 1, "the COMMIT's answer was lost");
+    assert_eq!(
+        (done.result, done.partition_status, done.run_status),
+        (
+            ChunkResult::PartitionSuccess,
+            PartitionStatus::Success,
+            RunStatus::Extracting
+        )
+    );
+    let (status, events): (String, i64) = sqlx::query_as(
+        "SELECT p.status, (SELECT count(*) FROM nifi_ops.load_event e \
+                             WHERE e.run_id = p.run_id AND e.event_name = 'PARTITION_SUCCESS') \
+           FROM nifi_ops.load_partition p WHERE p.run_id = $1 AND p.partition_id = '0000'",
+    )
+    .bind(run)
+    .fetch_one(&mut db.conn().await)
+    .await
+    .unwrap();
+    assert_eq!((status.as_str(), events), ("SUCCESS", 1));
+}
