@@ -9,7 +9,7 @@ use ledger::{
     Actor, ChunkReport, ChunkResult, LedgerConfig, LedgerError, PartitionStatus, RunStatus,
 };
 use sqlx::postgres::PgListener;
-use testkit::{RoundTrips, TestDb, claim_all, extracting_run, new_run};
+use testkit::{RoundTrips, TestDb, claim_all, extracting_run, new_run, notified_until_now};
 use uuid::Uuid;
 
 fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
@@ -531,28 +531,6 @@ async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
     assert!(again.started);
 }
 
-/// The notifications received until a marker sent now arrives (notifications come in commit
-/// order, so this is everything committed before it), as (channel, payload).
-async fn notified_until_now(db: &TestDb, listener: &mut PgListener) -> Vec<(String, String)> {
-    let marker = Uuid::new_v4().to_string();
-    sqlx::query("SELECT pg_notify('load_run', $1)")
-        .bind(&marker)
-        .execute(&mut db.conn().await)
-        .await
-        .unwrap();
-    let mut seen = Vec::new();
-    loop {
-        let n = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
-            .await
-            .expect("the marker notification within 10 s")
-            .unwrap();
-        if n.payload() == marker {
-            return seen;
-        }
-        seen.push((n.channel().to_string(), n.payload().to_string()));
-    }
-}
-
 /// A run's status changes wake the LoadRun mirror (§3.9) and, on completion, the dispatcher
 /// (§6.1) from the statement that makes them (`RETURNING pg_notify(…)` of the CAS): the
 /// notifications arrive, cost no statement of their own, and none is sent when nothing changed.
@@ -568,7 +546,7 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
     let run = created.run_id;
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000"], token).await;
-    notified_until_now(&db, &mut listener).await;
+    notified_until_now(&db, &mut listener, "load_run").await;
 
     let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
     let (done, sent) = counted(
@@ -583,7 +561,7 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
         COMPLETING_STATEMENTS - 1,
         "statements of the single chunk that completes the run"
     );
-    let mut woken = notified_until_now(&db, &mut listener).await;
+    let mut woken = notified_until_now(&db, &mut listener, "load_run").await;
     woken.sort();
     assert_eq!(
         woken,
@@ -607,7 +585,7 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
         (true, RunStatus::Cancelled)
     );
     assert_eq!(
-        notified_until_now(&db, &mut listener).await,
+        notified_until_now(&db, &mut listener, "load_run").await,
         vec![("load_run".to_string(), run.to_string())],
         "a transition wakes the mirror"
     );
@@ -617,7 +595,7 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
         .unwrap();
     assert!(!again.changed);
     assert_eq!(
-        notified_until_now(&db, &mut listener).await,
+        notified_until_now(&db, &mut listener, "load_run").await,
         vec![],
         "nothing changed, nothing sent"
     );

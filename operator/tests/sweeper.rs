@@ -249,6 +249,35 @@ async fn stuck_in_validation(env: &Env, bk: &str) -> Uuid {
     run
 }
 
+/// A run in PUBLISHING, and its publish token.
+async fn publishing(env: &Env, bk: &str) -> (Uuid, Uuid) {
+    let (run, dispatch) = env.validated(bk).await;
+    env.ledger
+        .start_validation(run, dispatch, "n")
+        .await
+        .unwrap();
+    env.ledger
+        .store_metrics(
+            run,
+            ledger::MetricStage::Staging,
+            "v1",
+            &[ledger::MetricItem {
+                metric_name: "X".into(),
+                expected_value: None,
+                actual_value: None,
+                tolerance: None,
+                result: "PASS".into(),
+                details: Default::default(),
+            }],
+        )
+        .await
+        .unwrap();
+    env.ledger.stage_validated(run).await.unwrap();
+    let token = Uuid::new_v4();
+    assert!(env.ledger.claim_publish(run, token).await.unwrap().claimed);
+    (run, token)
+}
+
 #[tokio::test]
 async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unknown() {
     let env = Env::start(|_| {}).await;
@@ -271,27 +300,7 @@ async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unkno
         "alerts change nothing"
     );
 
-    let (run2, d2) = env.validated("P").await;
-    env.ledger.start_validation(run2, d2, "n").await.unwrap();
-    env.ledger
-        .store_metrics(
-            run2,
-            ledger::MetricStage::Staging,
-            "v1",
-            &[ledger::MetricItem {
-                metric_name: "X".into(),
-                expected_value: None,
-                actual_value: None,
-                tolerance: None,
-                result: "PASS".into(),
-                details: Default::default(),
-            }],
-        )
-        .await
-        .unwrap();
-    env.ledger.stage_validated(run2).await.unwrap();
-    let token = Uuid::new_v4();
-    assert!(env.ledger.claim_publish(run2, token).await.unwrap().claimed);
+    let (run2, token) = publishing(&env, "P").await;
     env.exec("UPDATE nifi_ops.load_run SET publish_started_at = now() - interval '3 hours' WHERE run_id = $1", run2).await;
     assert_eq!(sweep(&env).await.actions.get("publish_unknown"), Some(&1));
     assert_eq!(
@@ -1208,5 +1217,72 @@ async fn a_dispatch_past_the_shortest_ack_timeout_but_not_its_own_stays_sent() {
     assert_eq!(
         (env.text(sql, patient).await, env.text(sql, due).await),
         (Some("SENT".into()), Some("PENDING".into()))
+    );
+}
+
+/// Rule 5 selects publishes past the shortest `publish_stale` of any job, then judges each by its
+/// own run's job: a publish 3 hours old whose job waits 6 hours stays PUBLISHING (cargo-mutants:
+/// `<` → `==` in that judgement made it PUBLISH_UNKNOWN, which only a person can undo).
+#[tokio::test]
+async fn a_publish_past_the_shortest_publish_stale_but_not_its_own_stays_publishing() {
+    let env = Env::start(|_| {}).await;
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"recovery": {"publish_stale": "6h"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    let (patient, _) = publishing(&env, "PATIENT").await;
+    let (due, _) = publishing(&env, "DUE").await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    for run in [patient, due] {
+        env.exec("UPDATE nifi_ops.load_run SET publish_started_at = now() - interval '3 hours' WHERE run_id = $1", run).await;
+    }
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("publish_unknown"),
+        Some(&1),
+        "{report:?}"
+    );
+    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
+    assert_eq!(
+        (env.text(sql, patient).await, env.text(sql, due).await),
+        (Some("PUBLISHING".into()), Some("PUBLISH_UNKNOWN".into()))
+    );
+}
+
+/// A tick that requeues unacknowledged dispatches wakes the dispatcher (`load_dispatch`,
+/// payload `sweeper`) instead of leaving them to its next poll, and a tick that requeues nothing
+/// sends nothing (cargo-mutants: the `!` of that test deleted survived).
+#[tokio::test]
+async fn requeued_dispatches_wake_the_dispatcher() {
+    let env = Env::start(|_| {}).await;
+    let mut listener = sqlx::postgres::PgListener::connect(&env.db.url)
+        .await
+        .unwrap();
+    listener.listen("load_dispatch").await.unwrap();
+    let (run, _) = env.validated("K").await;
+    testkit::notified_until_now(&env.db, &mut listener, "load_dispatch").await;
+    assert_eq!(sweep(&env).await.actions.get("requeue_dispatch"), None);
+    assert_eq!(
+        testkit::notified_until_now(&env.db, &mut listener, "load_dispatch").await,
+        vec![],
+        "nothing requeued, nothing sent"
+    );
+    env.exec("UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 1, sent_at = now() - interval '11 minutes' WHERE run_id = $1", run).await;
+    assert_eq!(sweep(&env).await.actions.get("requeue_dispatch"), Some(&1));
+    assert_eq!(
+        testkit::notified_until_now(&env.db, &mut listener, "load_dispatch").await,
+        vec![("load_dispatch".to_string(), "sweeper".to_string())]
     );
 }

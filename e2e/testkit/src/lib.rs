@@ -235,6 +235,35 @@ pub async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
     }
 }
 
+/// The notifications `listener` receives until a marker sent now on `channel` (one it listens
+/// on) arrives, as (channel, payload): notifications come in commit order, so this is everything
+/// committed before the call, and an empty answer means nothing was sent (no sleep, no timeout
+/// guessed).
+pub async fn notified_until_now(
+    db: &TestDb,
+    listener: &mut sqlx::postgres::PgListener,
+    channel: &str,
+) -> Vec<(String, String)> {
+    let marker = Uuid::new_v4().to_string();
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(channel)
+        .bind(&marker)
+        .execute(&mut db.conn().await)
+        .await
+        .expect("send the marker notification");
+    let mut seen = Vec::new();
+    loop {
+        let n = tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+            .await
+            .expect("the marker notification within 10 s")
+            .expect("a notification");
+        if n.payload() == marker {
+            return seen;
+        }
+        seen.push((n.channel().to_string(), n.payload().to_string()));
+    }
+}
+
 /// A certificate authority of its own for TLS tests: its PEM and what signs with it.
 pub struct TestCa {
     pub pem: String,
