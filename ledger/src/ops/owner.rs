@@ -229,4 +229,33 @@ mod tests {
         assert_eq!(default_owner_stale(s(30)), s(90));
         assert_eq!(default_owner_stale(s(100)), s(300));
     }
+
+    /// A leader refreshes its claim four times per staleness window, so one missed refresh never
+    /// lets another release take the ledger over, and never more than once a second (a zero
+    /// period would be a loop of writes). cargo-mutants: `Some(Default::default())` survived.
+    #[tokio::test]
+    async fn a_claim_is_refreshed_four_times_per_staleness_window_and_at_most_once_a_second() {
+        let s = Duration::from_secs;
+        let ledger = Ledger::connect_lazy(
+            "postgres://nobody@127.0.0.1:1/none",
+            1,
+            0,
+            crate::store::LedgerConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(ledger.owner_refresh_every(), None, "no installation");
+        assert_eq!(
+            ledger
+                .clone()
+                .with_installation("ns/lease", s(60))
+                .owner_refresh_every(),
+            Some(s(15))
+        );
+        assert_eq!(
+            ledger
+                .with_installation("ns/lease", s(2))
+                .owner_refresh_every(),
+            Some(s(1))
+        );
+    }
 }
