@@ -1097,43 +1097,17 @@ async fn a_run_held_past_the_deadline_wait_is_left_for_the_next_tick() {
 #[tokio::test]
 async fn a_run_past_the_shortest_deadline_but_not_its_own_keeps_running() {
     let env = Env::start(|_| {}).await;
-    let fence = env.fence().await;
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"recovery": {"run_timeout": "12h"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
     let (patient, _) = env.extracting("PATIENT", &[3]).await;
     let (due, _) = env.extracting("DUE", &[3]).await;
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
-        due,
-    )
-    .await;
-    for run in [patient, due] {
-        env.exec(
-            "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
-            run,
-        )
+    let judged = JudgedByOwnJob {
+        overrides: serde_json::json!({"recovery": {"run_timeout": "12h"}}),
+        age: "UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = $1",
+        action: "timeout_run_deadline",
+        status: "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+    };
+    judged
+        .check(&env, (patient, "EXTRACTING"), (due, "TIMED_OUT"))
         .await;
-    }
-    let report = sweep(&env).await;
-    assert_eq!(
-        report.actions.get("timeout_run_deadline"),
-        Some(&1),
-        "{report:?}"
-    );
-    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
-    assert_eq!(
-        (env.text(sql, patient).await, env.text(sql, due).await),
-        (Some("EXTRACTING".into()), Some("TIMED_OUT".into()))
-    );
 }
 
 /// Only a lock timeout leaves a run for the next tick: any other failure while timing a run out
@@ -1185,39 +1159,18 @@ async fn a_run_that_fails_to_time_out_is_reported() {
 #[tokio::test]
 async fn a_dispatch_past_the_shortest_ack_timeout_but_not_its_own_stays_sent() {
     let env = Env::start(|_| {}).await;
-    let fence = env.fence().await;
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"dispatch": {"ack_timeout": "30m"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
     let (patient, _) = env.validated("PATIENT").await;
     let (due, _) = env.validated("DUE").await;
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
-        due,
-    )
-    .await;
-    for run in [patient, due] {
-        env.exec("UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 1, sent_at = now() - interval '11 minutes' WHERE run_id = $1", run).await;
-    }
-    let report = sweep(&env).await;
-    assert_eq!(
-        report.actions.get("requeue_dispatch"),
-        Some(&1),
-        "{report:?}"
-    );
-    let sql = "SELECT status FROM nifi_ops.load_dispatch WHERE run_id = $1";
-    assert_eq!(
-        (env.text(sql, patient).await, env.text(sql, due).await),
-        (Some("SENT".into()), Some("PENDING".into()))
-    );
+    let judged = JudgedByOwnJob {
+        overrides: serde_json::json!({"dispatch": {"ack_timeout": "30m"}}),
+        age: "UPDATE nifi_ops.load_dispatch SET status = 'SENT', attempt_count = 1, \
+              sent_at = now() - interval '11 minutes' WHERE run_id = $1",
+        action: "requeue_dispatch",
+        status: "SELECT status FROM nifi_ops.load_dispatch WHERE run_id = $1",
+    };
+    judged
+        .check(&env, (patient, "SENT"), (due, "PENDING"))
+        .await;
 }
 
 /// Rule 5 selects publishes past the shortest `publish_stale` of any job, then judges each by its
@@ -1226,39 +1179,56 @@ async fn a_dispatch_past_the_shortest_ack_timeout_but_not_its_own_stays_sent() {
 #[tokio::test]
 async fn a_publish_past_the_shortest_publish_stale_but_not_its_own_stays_publishing() {
     let env = Env::start(|_| {}).await;
-    let fence = env.fence().await;
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"recovery": {"publish_stale": "6h"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
     let (patient, _) = publishing(&env, "PATIENT").await;
     let (due, _) = publishing(&env, "DUE").await;
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
-        due,
-    )
-    .await;
-    for run in [patient, due] {
-        env.exec("UPDATE nifi_ops.load_run SET publish_started_at = now() - interval '3 hours' WHERE run_id = $1", run).await;
+    let judged = JudgedByOwnJob {
+        overrides: serde_json::json!({"recovery": {"publish_stale": "6h"}}),
+        age: "UPDATE nifi_ops.load_run SET publish_started_at = now() - interval '3 hours' WHERE run_id = $1",
+        action: "publish_unknown",
+        status: "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
+    };
+    judged
+        .check(&env, (patient, "PUBLISHING"), (due, "PUBLISH_UNKNOWN"))
+        .await;
+}
+
+/// Rules 2, 3 and 5 select rows past the shortest threshold of any job, then judge each by its
+/// own run's job. Job JOB gets `overrides` (a threshold longer than the global one), the `due`
+/// run moves to job OTHER (the global thresholds), both are aged past the global threshold only
+/// (`age`), and one tick must act (`action`) on `due` alone: `status` reads each run's row.
+struct JudgedByOwnJob {
+    overrides: serde_json::Value,
+    age: &'static str,
+    action: &'static str,
+    status: &'static str,
+}
+
+impl JudgedByOwnJob {
+    async fn check(&self, env: &Env, patient: (Uuid, &str), due: (Uuid, &str)) {
+        let fence = env.fence().await;
+        env.ledger
+            .apply_job(&fence, "JOB", false, &self.overrides, "test", None)
+            .await
+            .unwrap();
+        env.exec(
+            "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+            due.0,
+        )
+        .await;
+        for run in [patient.0, due.0] {
+            env.exec(self.age, run).await;
+        }
+        let report = sweep(env).await;
+        assert_eq!(report.actions.get(self.action), Some(&1), "{report:?}");
+        assert_eq!(
+            (
+                env.text(self.status, patient.0).await,
+                env.text(self.status, due.0).await
+            ),
+            (Some(patient.1.to_string()), Some(due.1.to_string())),
+            "(the patient job's, the due one's)"
+        );
     }
-    let report = sweep(&env).await;
-    assert_eq!(
-        report.actions.get("publish_unknown"),
-        Some(&1),
-        "{report:?}"
-    );
-    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
-    assert_eq!(
-        (env.text(sql, patient).await, env.text(sql, due).await),
-        (Some("PUBLISHING".into()), Some("PUBLISH_UNKNOWN".into()))
-    );
 }
 
 /// A tick that requeues unacknowledged dispatches wakes the dispatcher (`load_dispatch`,
