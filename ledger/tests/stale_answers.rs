@@ -57,12 +57,9 @@ async fn hold_run_row(db: &TestDb, run: Uuid) -> PgConnection {
     holder
 }
 
+/// `testkit::extracting_run`, as this file's tests use it: the run and its HDFS directory.
 async fn extracting_run(ledger: &Ledger, rows: &[i64]) -> (Uuid, String) {
-    let created = ledger.create_run(&new_run("stale")).await.unwrap();
-    ledger
-        .register_manifest(created.run_id, &manifest(rows))
-        .await
-        .unwrap();
+    let created = testkit::extracting_run(ledger, "stale", rows).await;
     (created.run_id, created.hdfs_run_path)
 }
 
