@@ -5,7 +5,6 @@ pub mod connections;
 pub mod decimal;
 pub mod error;
 pub mod event;
-pub mod gate;
 pub mod json;
 pub mod judge;
 pub mod manifest;

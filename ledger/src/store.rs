@@ -418,15 +418,6 @@ macro_rules! alone {
 }
 pub(crate) use alone;
 
-/// How a transaction holds its run (§3.10, §5.3 rule 2).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum RunLock {
-    /// Reports and claims: `FOR KEY SHARE`, after a shared advisory lock.
-    Shared,
-    /// Everything that changes or ends the run: `FOR UPDATE`, after the exclusive advisory lock.
-    Exclusive,
-}
-
 /// The run key of the fairness lock (§5.3): a 64-bit hash of the run id, used in the two-int4
 /// advisory key space, which the leader and sweeper locks (`hashtext`, bigint space) never share.
 pub(crate) fn run_lock_key(run_id: Uuid) -> (i32, i32) {
@@ -453,13 +444,6 @@ pub(crate) struct RunRow {
 
 pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, \
     stage_table_name, snapshot_scn::text AS snapshot_scn, extracted_count, publish_token, parameters";
-
-static SHARED_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT {RUN_COLUMNS} FROM nifi_ops.load_run, pg_advisory_xact_lock_shared($2, $3) \
-          WHERE run_id = $1 FOR KEY SHARE OF load_run"
-    )
-});
 
 static EXCLUSIVE_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
@@ -501,10 +485,9 @@ impl Ledger {
         &self,
         conn: &mut PgConnection,
         run_id: Uuid,
-        mode: RunLock,
     ) -> Result<RunRow> {
         let started = Instant::now();
-        let row = self.lock_run(conn, run_id, mode).await;
+        let row = self.lock_run(conn, run_id).await;
         if let Some(o) = &self.lock_wait {
             o.observe(started.elapsed().as_secs_f64());
         }
@@ -579,28 +562,17 @@ impl Ledger {
         Ok(())
     }
 
-    /// Locks the run (fair advisory lock, then the row) and reads it; `RunNotFound` when missing.
-    pub(crate) async fn lock_run(
-        &self,
-        conn: &mut PgConnection,
-        run_id: Uuid,
-        mode: RunLock,
-    ) -> Result<RunRow> {
+    /// Locks the run exclusively (fair advisory lock, then the row FOR UPDATE: everything that
+    /// changes or ends the run, §3.10, §5.3 rule 2) and reads it; `RunNotFound` when missing.
+    pub(crate) async fn lock_run(&self, conn: &mut PgConnection, run_id: Uuid) -> Result<RunRow> {
         let (k1, k2) = run_lock_key(run_id);
         // One round trip: the advisory lock is taken while the row is read, and the row lock
         // (LockRows, above the join) only after it. The row may have been read from a snapshot
-        // older than the advisory wait. `FOR UPDATE` follows the update chain and re-checks the
-        // newest version, so its columns are current. `FOR KEY SHARE` follows it only past an
-        // update PostgreSQL records as a key update (every run-changing operation's, which locks
-        // the row `FOR UPDATE` first) and otherwise locks the version it saw: a status changed by
-        // a report's completion (§5.3 rule 3) may be older here. Reports and claims therefore
-        // decide on and answer the status re-read after their locks (`nifi_ops.claim_partition`,
-        // migration 20261204000013, says why).
-        let query = match mode {
-            RunLock::Shared => SHARED_RUN_LOCK.as_str(),
-            RunLock::Exclusive => EXCLUSIVE_RUN_LOCK.as_str(),
-        };
-        let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(query))
+        // older than the advisory wait; `FOR UPDATE` follows the update chain and re-checks the
+        // newest version, so its columns are current. (Reports and claims hold the run shared, in
+        // their server-side functions, and re-read the status after their locks:
+        // `nifi_ops.claim_partition`, migration 20261204000013, says why.)
+        let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(EXCLUSIVE_RUN_LOCK.as_str()))
             .bind(run_id)
             .bind(k1)
             .bind(k2)

@@ -1,11 +1,9 @@
 //! Property tests of the pure rules the model checker abstracts (docs/model.md): the manifest
-//! invariants (CONTRACT §5.2) and the chunk gate (§5.3), against generated inputs and against a
+//! invariants (CONTRACT §5.2), against generated inputs and against a
 //! reference written straight from the contract's words.
 use ledger::Decimal38;
-use ledger::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use ledger::manifest::{Manifest, ManifestPartition, manifest_violations};
 use proptest::prelude::*;
-use std::collections::BTreeMap;
 
 fn dec(v: i128) -> Option<Decimal38> {
     Decimal38::parse(&v.to_string())
@@ -127,85 +125,5 @@ proptest! {
         m.partitions[i].upper_inclusive = !m.partitions[i].upper_inclusive;
         let v = manifest_violations(&m, true);
         prop_assert!(has(&v, "UPPER_INCLUSIVE_INVALID"), "{:?}", v);
-    }
-}
-
-/// One stored chunk row: index, the chunkCount it was reported with, its recordCount.
-type Chunk = (i32, i64, i64);
-
-/// The aggregate §4.7 step 8 computes over WRITTEN rows (chunk index is the primary key).
-fn aggregate(chunks: &BTreeMap<i32, (i64, i64)>) -> ChunkAggregate {
-    let mut counts: Vec<i64> = chunks.values().map(|(c, _)| *c).collect();
-    counts.sort();
-    counts.dedup();
-    ChunkAggregate {
-        files: chunks.len() as i64,
-        lo: chunks.keys().next().copied(),
-        hi: chunks.keys().next_back().copied(),
-        rows: chunks.values().map(|(_, r)| *r as i128).sum(),
-        bytes: None,
-        distinct_counts: counts.len() as i64,
-    }
-}
-
-/// §5.3 in words: every index 0..chunkCount−1 reported exactly once with this chunkCount, nothing
-/// else, and the rows add up to the expected count.
-fn contract_success(chunks: &BTreeMap<i32, (i64, i64)>, chunk_count: i64, expected: i64) -> bool {
-    chunks.len() as i64 == chunk_count
-        && (0..chunk_count).all(|i| {
-            i32::try_from(i)
-                .ok()
-                .and_then(|i| chunks.get(&i))
-                .is_some_and(|(c, _)| *c == chunk_count)
-        })
-        && chunks.values().map(|(_, r)| *r as i128).sum::<i128>() == expected as i128
-}
-
-fn chunk_sets() -> impl Strategy<Value = (BTreeMap<i32, (i64, i64)>, Chunk, i64)> {
-    (1i64..8, 0i64..50)
-        .prop_flat_map(|(count, per_chunk)| {
-            // Mostly well-formed reports, with extra, missing and disagreeing chunks mixed in.
-            let chunk = (
-                0i32..(count as i32 + 2),
-                prop_oneof![8 => Just(count), 1 => 1i64..9],
-                prop_oneof![8 => Just(per_chunk), 1 => 0i64..60],
-            );
-            (
-                prop::collection::vec(chunk.clone(), 0..(count as usize + 3)),
-                chunk,
-                prop_oneof![3 => Just(count * per_chunk), 1 => 0i64..400],
-            )
-        })
-        .prop_map(|(earlier, current, expected)| {
-            let mut stored = BTreeMap::new();
-            for (i, c, r) in earlier {
-                stored.insert(i, (c, r));
-            }
-            // The report being judged is upserted last.
-            stored.insert(current.0, (current.1, current.2));
-            (stored, current, expected)
-        })
-}
-
-proptest! {
-    #![proptest_config(ProptestConfig::with_cases(5_000))]
-
-    #[test]
-    fn the_gate_passes_exactly_when_the_contract_says(set in chunk_sets()) {
-        let (stored, (_, chunk_count, _), expected) = set;
-        let agg = aggregate(&stored);
-        let verdict = judge_chunk_gate(&agg, chunk_count, expected);
-        prop_assert_eq!(verdict == GateVerdict::Success, contract_success(&stored, chunk_count, expected), "{:?} {:?}", stored, verdict);
-        // Judged only once enough chunks are in, and a success always is.
-        if verdict == GateVerdict::Success {
-            prop_assert!(gate_due(&agg, chunk_count));
-        }
-    }
-
-    #[test]
-    fn the_gate_never_panics_on_any_aggregate(files in any::<i64>(), lo in any::<Option<i32>>(), hi in any::<Option<i32>>(), rows in any::<i128>(), distinct in any::<i64>(), count in any::<i64>(), expected in any::<i64>()) {
-        let agg = ChunkAggregate { files, lo, hi, rows, bytes: None, distinct_counts: distinct };
-        let _ = judge_chunk_gate(&agg, count, expected);
-        let _ = gate_due(&agg, count);
     }
 }

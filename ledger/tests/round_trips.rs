@@ -1,7 +1,8 @@
-//! Issue 30 item 1: a chunk report that decides nothing is one round trip to PostgreSQL
-//! (`nifi_ops.record_chunk` on its own, migration 20261203000011), counted on the wire by a
-//! forwarder between the ledger and the server; the report that completes the partition decides
-//! in a transaction of its own. A claim, whatever it answers, is one round trip too
+//! Issue 30 item 1: a chunk report is one round trip to PostgreSQL whatever it decides
+//! (`nifi_ops.report_chunk` on its own, migration 20261204000015: progress, the partition's
+//! success, the run's completion), counted on the wire by a forwarder between the ledger and the
+//! server; only a gate mismatch, which fails the run, decides again in a transaction under the
+//! run's exclusive lock. A claim, whatever it answers, is one round trip too
 //! (`nifi_ops.claim_partition`, migration 20261204000013), and still writes its event with it.
 //! And the run-directory rule (§4.7 step 4), which now lives in record_chunk, refuses every alias
 //! of a file and nothing else.
@@ -24,13 +25,11 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
     }
 }
 
-/// A fresh database and a ledger of one connection through a forwarder to it: every statement
-/// of the ledger passes the forwarder on that connection.
-/// The report that completes a run: the one-statement try, BEGIN, the run lock, the chunk
-/// statement, the SUCCESS with its pin, the run row's write lock, the completion (its CAS, which
-/// also sends both NOTIFYs, the VALIDATE_RUN outbox row, its event: three), COMMIT. Fourteen
-/// before the success became one statement and the NOTIFYs rode on the CAS.
-const COMPLETING_STATEMENTS: u64 = 10;
+/// The report that completes a run: `nifi_ops.report_chunk` alone. Fourteen statements before
+/// issue 30 (the try, BEGIN, the run lock, the chunk, the SUCCESS, its event, the pin, the run
+/// row's write lock, the CAS, two NOTIFYs, the outbox row, its event, COMMIT), ten before the
+/// decision became one statement.
+const COMPLETING_STATEMENTS: u64 = 1;
 
 /// What `call` answers, and the statements it sent.
 async fn counted<T>(wire: &RoundTrips, call: impl std::future::Future<Output = T>) -> (T, u64) {
@@ -39,6 +38,8 @@ async fn counted<T>(wire: &RoundTrips, call: impl std::future::Future<Output = T
     (out, wire.statements() - before)
 }
 
+/// A fresh database and a ledger of one connection through a forwarder to it: every statement
+/// of the ledger passes the forwarder on that connection.
 async fn through_the_forwarder() -> (TestDb, RoundTrips, ledger::Ledger) {
     let db = TestDb::fresh().await;
     let wire = RoundTrips::start(&db.url).await;
@@ -103,8 +104,7 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
     );
     assert_eq!(wire.statements() - before, 1, "a refusal's statements");
 
-    // The last chunk of a partition decides: the one-statement try finds the gate due and writes
-    // nothing, then the decision runs as a transaction (BEGIN … COMMIT) of several statements.
+    // The last chunk of a partition decides, in the same one statement.
     let before = wire.statements();
     let done = ledger
         .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
@@ -119,27 +119,23 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
             RunStatus::Extracting
         )
     );
-    // The one-statement try, BEGIN, the run lock, the chunk statement, the partition's SUCCESS
-    // with its event and pin (`nifi_ops.partition_success`), COMMIT. Eight before the success
-    // became one statement (the SUCCESS, the event and the pin were three).
+    // Six before this (the try, BEGIN, the run lock, the chunk statement, the SUCCESS with its
+    // event and pin, COMMIT), eight before the SUCCESS, its event and its pin were one call.
     assert_eq!(
-        decision, 6,
+        decision, 1,
         "statements of the deciding report of a partition that is not the last"
     );
-    // A report to the succeeded partition that changes a chunk is a conflict, decided (and rolled
-    // back) in a transaction; its identical replay is answered in one statement.
+    // A report to the succeeded partition that changes a chunk is a conflict, answered from the
+    // one statement, which writes nothing; so is its identical replay (Ignored: NiFi's replay
+    // carries no decision of its own).
     let mut changed = report(token, 3, 4, path("0000", 3));
     changed.record_count = 11;
-    assert!(matches!(
-        ledger.report_chunk(run, "0000", &changed).await,
-        Err(LedgerError::ChunkConflict)
-    ));
-    // (The first replay after it also carries the conflict's ROLLBACK, which sqlx sends when the
-    // connection is next used: measured on the second.)
-    ledger
-        .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
-        .await
-        .unwrap();
+    let (conflict, sent) = counted(&wire, ledger.report_chunk(run, "0000", &changed)).await;
+    assert!(
+        matches!(conflict, Err(LedgerError::ChunkConflict)),
+        "{conflict:?}"
+    );
+    assert_eq!(sent, 1, "a conflict's statements");
     let before = wire.statements();
     let replay = ledger
         .report_chunk(run, "0000", &report(token, 3, 4, path("0000", 3)))
@@ -153,19 +149,14 @@ async fn a_progress_report_is_one_round_trip_and_the_last_one_decides() {
         ),
         (ChunkResult::Ignored, PartitionStatus::Success, 1)
     );
-    // A partition of one chunk: its only report decides, so it goes to the deciding transaction
-    // at once (one statement fewer than a last chunk, which tries alone first).
+    // A partition of one chunk: its only report decides, in one statement too.
     let (single, sent) = counted(
         &wire,
         ledger.report_chunk(run, "0002", &report(token, 0, 1, path("0002", 0))),
     )
     .await;
     assert_eq!(single.unwrap().result, ChunkResult::PartitionSuccess);
-    assert_eq!(
-        sent,
-        decision - 1,
-        "a single chunk's statements, the last of four's less the one-statement try"
-    );
+    assert_eq!(sent, 1, "a single chunk's statements");
     // The other partition completes the run, exactly once.
     let mut completing = 0;
     for i in 0..4 {
@@ -555,10 +546,8 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
     )
     .await;
     assert_eq!(done.unwrap().result, ChunkResult::RunComplete);
-    // A partition of one chunk decides at once: no one-statement try.
     assert_eq!(
-        sent,
-        COMPLETING_STATEMENTS - 1,
+        sent, COMPLETING_STATEMENTS,
         "statements of the single chunk that completes the run"
     );
     let mut woken = notified_until_now(&db, &mut listener, "load_run").await;
@@ -601,39 +590,65 @@ async fn a_status_change_notifies_from_the_statement_that_makes_it() {
     );
 }
 
-/// A partition success whose COMMIT's answer is lost is answered as the success it was: its
-/// event, written by `nifi_ops.partition_success`, is the transaction's witness
-/// (`Event::id_of_commit`), looked for from a new connection.
+/// A deciding report whose answer is lost is repeated on a new connection (it is one statement,
+/// which may have committed) and answered as the decision it made, not as a late report: the
+/// repeat carries the ids of the events the first attempt wrote, and finds them. A partition's
+/// success, then the run's completion; nothing is written twice.
 #[tokio::test]
-async fn a_partition_success_whose_commit_answer_is_lost_is_answered_as_a_success() {
+async fn a_decision_whose_answer_is_lost_is_repeated_and_answered_as_decided() {
     let (db, wire, ledger) = through_the_forwarder().await;
     let created = extracting_run(&ledger, "success-kept", &[10, 10]).await;
     let run = created.run_id;
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000", "0001"], token).await;
-    wire.lose_next_commit_answer();
-    let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
-    let done = ledger
-        .report_chunk(run, "0000", &report(token, 0, 1, path))
-        .await
-        .expect("the success committed: answered as such");
-    assert_eq!(wire.answers_lost(), 1, "the COMMIT's answer was lost");
+    let path = |pid: &str| format!("{}/p={pid}/part-0.parquet", created.hdfs_run_path);
+    let mut answers = Vec::new();
+    for (pid, lost) in [("0000", 1), ("0001", 2)] {
+        wire.lose_next_answer();
+        let done = ledger
+            .report_chunk(run, pid, &report(token, 0, 1, path(pid)))
+            .await
+            .expect("the decision committed: answered as such");
+        assert_eq!(wire.answers_lost(), lost, "the answer for {pid} was lost");
+        answers.push((done.result, done.partition_status, done.run_status));
+    }
     assert_eq!(
-        (done.result, done.partition_status, done.run_status),
-        (
-            ChunkResult::PartitionSuccess,
-            PartitionStatus::Success,
-            RunStatus::Extracting
-        )
+        answers,
+        vec![
+            (
+                ChunkResult::PartitionSuccess,
+                PartitionStatus::Success,
+                RunStatus::Extracting
+            ),
+            (
+                ChunkResult::RunComplete,
+                PartitionStatus::Success,
+                RunStatus::ExtractedValidated
+            )
+        ]
     );
-    let (status, events): (String, i64) = sqlx::query_as(
-        "SELECT p.status, (SELECT count(*) FROM nifi_ops.load_event e \
-                             WHERE e.run_id = p.run_id AND e.event_name = 'PARTITION_SUCCESS') \
-           FROM nifi_ops.load_partition p WHERE p.run_id = $1 AND p.partition_id = '0000'",
+    // NiFi's own replay of the report (new ids) is a late report.
+    let replay = ledger
+        .report_chunk(run, "0001", &report(token, 0, 1, path("0001")))
+        .await
+        .unwrap();
+    assert_eq!(replay.result, ChunkResult::Ignored);
+    let (successes, completions, dispatches, status): (i64, i64, i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM nifi_ops.load_event e \
+                  WHERE e.run_id = r.run_id AND e.event_name = 'PARTITION_SUCCESS'), \
+                (SELECT count(*) FROM nifi_ops.load_event e \
+                  WHERE e.run_id = r.run_id AND e.event_name = 'EXTRACT_VALIDATED'), \
+                (SELECT count(*) FROM nifi_ops.load_dispatch d \
+                  WHERE d.run_id = r.run_id AND d.dispatch_type = 'VALIDATE_RUN'), \
+                r.status \
+           FROM nifi_ops.load_run r WHERE r.run_id = $1",
     )
     .bind(run)
     .fetch_one(&mut db.conn().await)
     .await
     .unwrap();
-    assert_eq!((status.as_str(), events), ("SUCCESS", 1));
+    assert_eq!(
+        (successes, completions, dispatches, status.as_str()),
+        (2, 1, 1, "EXTRACTED_VALIDATED")
+    );
 }

@@ -478,3 +478,60 @@ async fn a_mismatch_ends_the_run_only_under_the_exclusive_lock() {
         )
     );
 }
+
+/// A success that may be the last takes the run row's write lock before it recounts; should the
+/// run have left EXTRACTING by then (a writer that changed it under the report's shared lock:
+/// none of this release's does, the statement guards against it all the same), the statement
+/// undoes everything (SQLSTATE LC001) and the report decides again under the exclusive lock, where
+/// it is a late report: recorded only, answered with the run as it is, the partition not
+/// succeeded.
+#[tokio::test]
+async fn a_last_success_that_finds_the_run_gone_decides_again_under_the_exclusive_lock() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let (run, path) = extracting_run(&ledger, &[5]).await;
+    let token = Uuid::new_v4();
+    claim_all(&ledger, run, &["0000"], token).await;
+    let mut observer = db.conn().await;
+    // Cancels the run without the advisory lock: a non-key update, which the report's FOR KEY
+    // SHARE passes and its FOR NO KEY UPDATE waits for.
+    let mut writer = db.conn().await;
+    sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
+    sqlx::query("UPDATE nifi_ops.load_run SET status = 'CANCELLED' WHERE run_id = $1")
+        .bind(run)
+        .execute(&mut writer)
+        .await
+        .unwrap();
+    let report = tokio::spawn({
+        let ledger = ledger.clone();
+        let r = chunk_of(token, &path, "0000", 0, 1, 5);
+        async move { ledger.report_chunk(run, "0000", &r).await }
+    });
+    until_waiting(&mut observer, 1, "transactionid", 1).await;
+    sqlx::query("COMMIT").execute(&mut writer).await.unwrap();
+    let out = report.await.unwrap().unwrap();
+    assert_eq!(
+        (out.result, out.partition_status, out.run_status),
+        (
+            ChunkResult::Ignored,
+            PartitionStatus::Running,
+            RunStatus::Cancelled
+        )
+    );
+    let (status, successes, files): (String, i64, i64) = sqlx::query_as(
+        "SELECT p.status, \
+                (SELECT count(*) FROM nifi_ops.load_event e \
+                  WHERE e.run_id = p.run_id AND e.event_name = 'PARTITION_SUCCESS'), \
+                (SELECT count(*) FROM nifi_ops.load_file f WHERE f.run_id = p.run_id) \
+           FROM nifi_ops.load_partition p WHERE p.run_id = $1",
+    )
+    .bind(run)
+    .fetch_one(&mut observer)
+    .await
+    .unwrap();
+    assert_eq!(
+        (status.as_str(), successes, files),
+        ("RUNNING", 0, 1),
+        "recorded only: no success on a cancelled run"
+    );
+}

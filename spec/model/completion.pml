@@ -7,9 +7,10 @@
  * partition successes, with their row locks, snapshots and SKIP LOCKED, decide the completion as
  * serialized transactions would. docs/model.md explains it; scripts/model-check runs it.
  *
- * A partition success (a chunk report whose gate passes, ledger `partition_succeeded`; steps 4
- * and 5 are statements of the server-side function `nifi_ops.partition_success`, each with a
- * snapshot of its own):
+ * A partition success (a chunk report whose gate passes: the server-side function
+ * `nifi_ops.report_chunk`, migration 20261204000015, one statement on the wire; every step below
+ * is a statement of its own inside it, or inside the functions it calls, each with a snapshot of
+ * its own):
  *   1. takes the run's shared advisory lock and the run row FOR KEY SHARE (every run-ending
  *      operation takes the exclusive advisory lock and FOR UPDATE: they exclude each other);
  *   2. takes its partition row FOR UPDATE (waits for every other lock on the row, pins included);

@@ -4,13 +4,11 @@
 //! Reports hold the run row FOR KEY SHARE so that reports of sibling partitions never wait for each
 //! other; a verdict that ends the run rolls back and re-runs under FOR UPDATE (§5.3 rule 6).
 use super::claim::parse_run_status;
-use super::complete::complete_extraction;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
-use crate::gate::{ChunkAggregate, GateVerdict, gate_due, judge_chunk_gate};
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, RunLock, alone, run_lock_key, transaction};
+use crate::store::{Ledger, alone, run_lock_key, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -62,106 +60,137 @@ impl ChunkResult {
     }
 }
 
-/// What `nifi_ops.record_chunk` answers (migration `20261203000011`): §4.7 steps 2–8, the
-/// checks, the write and the partition's aggregate with this chunk.
+/// What `nifi_ops.report_chunk` answers (migration `20261204000015`): the whole report, §4.7
+/// steps 2–9 and the completion, decided in the one statement.
 #[derive(sqlx::FromRow)]
-struct RecordedChunk {
-    /// RUN_NOT_FOUND, PARTITION_NOT_FOUND, CLAIM_MISMATCH, HDFS_PATH_OUTSIDE_RUN, DECIDE or RECORDED.
+struct ReportedChunk {
+    /// RUN_NOT_FOUND, PARTITION_NOT_FOUND, CLAIM_MISMATCH, HDFS_PATH_OUTSIDE_RUN, CONFLICT,
+    /// RECORDED, ESCALATE, MISMATCH, PARTITION_SUCCESS or RUN_COMPLETE.
     outcome: String,
     partition_status: Option<String>,
     /// The run's status read after the run and partition locks were granted (what the report
-    /// decides on and answers; `nifi_ops.claim_partition` says why).
+    /// decides on and answers; `nifi_ops.claim_partition` says why), or as the decision left it.
     run_status: Option<String>,
-    expected_row_count: Option<i64>,
-    /// The chunk was new, or differs from the stored one (a conflict once the partition is done).
-    changed: Option<bool>,
     files: Option<i64>,
-    lo: Option<i32>,
-    hi: Option<i32>,
-    rows_sum: Option<String>,
-    bytes_sum: Option<String>,
-    distinct_counts: Option<i64>,
+    /// The gate's mismatch (MISMATCH).
+    gate_message: Option<String>,
     lock_wait_seconds: f64,
 }
 
-/// How `nifi_ops.record_chunk` is asked to run.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Recording {
-    /// On its own (autocommit): it takes the run lock itself, and answers DECIDE, writing
-    /// nothing, when the report needs a decision.
-    Alone,
-    /// Inside the caller's transaction, which holds the run lock and decides on the answer.
-    InDecision,
+/// The ids of what a decision writes, chosen before the first attempt and sent again with every
+/// repeat: a repeat that finds its own PARTITION_SUCCESS stored is answered as that decision.
+struct DecisionIds {
+    success_event: Uuid,
+    dispatch: Uuid,
+    extracted_event: Uuid,
 }
 
-const RECORD_CHUNK: &str = "SELECT outcome, partition_status, run_status, expected_row_count, changed, files, lo, hi, \
-        rows_sum, bytes_sum, distinct_counts, lock_wait_seconds \
-   FROM nifi_ops.record_chunk($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)";
+impl DecisionIds {
+    fn new() -> Self {
+        DecisionIds {
+            success_event: Uuid::now_v7(),
+            dispatch: Uuid::now_v7(),
+            extracted_event: Uuid::now_v7(),
+        }
+    }
+}
 
-async fn record_chunk(
+/// How the report holds its run.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Holding {
+    /// Nothing yet: the function takes the shared lock itself, in its own statement.
+    Nothing,
+    /// The caller's transaction holds the run FOR UPDATE and fails the partition on MISMATCH.
+    Exclusive,
+}
+
+/// SQLSTATE of `nifi_ops.report_chunk` when the run left EXTRACTING under its shared lock: the
+/// statement undid everything, decide under the exclusive lock.
+const LEFT_EXTRACTING: &str = "LC001";
+
+async fn call_report_chunk(
     conn: &mut sqlx::PgConnection,
     run_id: Uuid,
     pid: &str,
     r: &ChunkReport,
-    how: Recording,
-) -> Result<RecordedChunk> {
+    holding: Holding,
+    ids: &DecisionIds,
+) -> Result<ReportedChunk> {
     let (k1, k2) = run_lock_key(run_id);
-    let rec: RecordedChunk = sqlx::query_as(RECORD_CHUNK)
-        .bind(run_id)
-        .bind(pid)
-        .bind(r.claim_token)
-        .bind(r.chunk_index)
-        .bind(r.chunk_count)
-        .bind(&r.fragment_identifier)
-        .bind(&r.hdfs_path)
-        .bind(r.record_count)
-        .bind(r.byte_count)
-        .bind(k1)
-        .bind(k2)
-        .bind(how == Recording::InDecision)
-        .bind(how == Recording::InDecision)
-        .fetch_one(&mut *conn)
-        .await?;
-    match rec.outcome.as_str() {
-        "RECORDED" | "DECIDE" => Ok(rec),
-        "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
-        "PARTITION_NOT_FOUND" => Err(LedgerError::PartitionNotFound),
-        "CLAIM_MISMATCH" => Err(LedgerError::ClaimMismatch),
-        "HDFS_PATH_OUTSIDE_RUN" => Err(LedgerError::HdfsPathOutsideRun),
-        other => Err(LedgerError::Corrupt(format!(
-            "record_chunk outcome {other}"
-        ))),
-    }
+    let rec: ReportedChunk = sqlx::query_as(
+        "SELECT outcome, partition_status, run_status, files, gate_message, lock_wait_seconds \
+           FROM nifi_ops.report_chunk($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+    )
+    .bind(run_id)
+    .bind(pid)
+    .bind(r.claim_token)
+    .bind(r.chunk_index)
+    .bind(r.chunk_count)
+    .bind(&r.fragment_identifier)
+    .bind(&r.hdfs_path)
+    .bind(r.record_count)
+    .bind(r.byte_count)
+    .bind(k1)
+    .bind(k2)
+    .bind(holding == Holding::Exclusive)
+    .bind(ids.success_event)
+    .bind(ids.dispatch)
+    .bind(ids.extracted_event)
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|e| match &e {
+        sqlx::Error::Database(db) if db.code().as_deref() == Some(LEFT_EXTRACTING) => {
+            LedgerError::Escalate
+        }
+        _ => e.into(),
+    })?;
+    Ok(rec)
 }
 
-impl RecordedChunk {
-    fn statuses(&self) -> Result<(PartitionStatus, RunStatus)> {
-        let corrupt = || LedgerError::Corrupt("record_chunk statuses".into());
-        let part = self.partition_status.as_deref().ok_or_else(corrupt)?;
-        let part = PartitionStatus::parse(part)
-            .ok_or_else(|| LedgerError::Corrupt(format!("partition status {part}")))?;
-        let run = parse_run_status(self.run_status.as_deref().ok_or_else(corrupt)?)?;
-        Ok((part, run))
+impl ReportedChunk {
+    /// The refusals and the escalation as errors; what the report decided otherwise.
+    fn decided(self) -> Result<ReportedChunk> {
+        match self.outcome.as_str() {
+            "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
+            "PARTITION_NOT_FOUND" => Err(LedgerError::PartitionNotFound),
+            "CLAIM_MISMATCH" => Err(LedgerError::ClaimMismatch),
+            "HDFS_PATH_OUTSIDE_RUN" => Err(LedgerError::HdfsPathOutsideRun),
+            "CONFLICT" => Err(LedgerError::ChunkConflict),
+            "ESCALATE" => Err(LedgerError::Escalate),
+            "RECORDED" | "MISMATCH" | "PARTITION_SUCCESS" | "RUN_COMPLETE" => Ok(self),
+            other => Err(LedgerError::Corrupt(format!(
+                "report_chunk outcome {other}"
+            ))),
+        }
     }
 
-    fn aggregate(&self) -> Result<ChunkAggregate> {
-        let corrupt = |what: &str| LedgerError::Corrupt(format!("chunk aggregate {what}"));
-        Ok(ChunkAggregate {
-            files: self.files.ok_or_else(|| corrupt("files"))?,
-            lo: self.lo,
-            hi: self.hi,
-            rows: self
-                .rows_sum
-                .as_deref()
-                .and_then(|r| r.parse().ok())
-                .ok_or_else(|| corrupt("rows"))?,
-            bytes: self
-                .bytes_sum
-                .as_deref()
-                .map(str::parse)
-                .transpose()
-                .map_err(|_| corrupt("bytes"))?,
-            distinct_counts: self.distinct_counts.ok_or_else(|| corrupt("counts"))?,
+    /// The answer, for every outcome but MISMATCH (which the caller's transaction goes on to
+    /// decide).
+    fn answer(&self, r: &ChunkReport) -> Result<ChunkOutcome> {
+        let corrupt = || LedgerError::Corrupt("report_chunk statuses".into());
+        let part = self.partition_status.as_deref().ok_or_else(corrupt)?;
+        let partition_status = PartitionStatus::parse(part)
+            .ok_or_else(|| LedgerError::Corrupt(format!("partition status {part}")))?;
+        let run_status = parse_run_status(self.run_status.as_deref().ok_or_else(corrupt)?)?;
+        let result = match self.outcome.as_str() {
+            "PARTITION_SUCCESS" => ChunkResult::PartitionSuccess,
+            "RUN_COMPLETE" => ChunkResult::RunComplete,
+            _ if run_status == RunStatus::Extracting
+                && partition_status == PartitionStatus::Running =>
+            {
+                ChunkResult::Progress
+            }
+            // Recorded only: late chunks still count for cleanup accounting.
+            _ => ChunkResult::Ignored,
+        };
+        Ok(ChunkOutcome {
+            recorded: true,
+            partition_status,
+            run_status,
+            received_chunks: self.files.unwrap_or_default(),
+            chunk_count: r.chunk_count,
+            validation_scheduled: result == ChunkResult::RunComplete,
+            result,
         })
     }
 }
@@ -176,198 +205,86 @@ impl Ledger {
         if r.chunk_index >= r.chunk_count {
             return Err(LedgerError::ChunkIndexOutOfRange);
         }
-        // A partition of one chunk is decided by its only report: trying it alone first would
-        // cost a statement (locks taken, nothing written) before the deciding transaction.
-        if r.chunk_count > 1
-            && let Some(answer) = self.report_chunk_alone(run_id, pid, r).await?
-        {
-            return Ok(answer);
-        }
-        match transaction!(self, |conn| self.report_chunk_once(
-            conn,
-            run_id,
-            pid,
-            r,
-            RunLock::Shared
-        )) {
+        let ids = DecisionIds::new();
+        match self.report_chunk_alone(run_id, pid, r, &ids).await {
             Err(LedgerError::Escalate) => {
-                transaction!(self, |conn| self.report_chunk_once(
-                    conn,
-                    run_id,
-                    pid,
-                    r,
-                    RunLock::Exclusive
-                ))
+                transaction!(self, |conn| self
+                    .report_chunk_exclusive(conn, run_id, pid, r))
             }
             other => other,
         }
     }
 
-    /// A report that decides nothing (progress, or recorded only), in one round trip:
-    /// `nifi_ops.record_chunk` on its own is one statement, hence one transaction. `None` when
-    /// the report needs a decision (it then wrote nothing).
+    /// The report in one round trip (`nifi_ops.report_chunk` on its own is one statement, hence
+    /// one transaction), whatever it decides, but a gate mismatch: that fails the run, which only
+    /// the run's exclusive lock may (`Escalate`, nothing written).
     ///
     /// Retried like a transaction on a deadlock or a serialization failure, and on a lost
     /// connection: unlike a BEGIN, this statement may have committed before its connection was
     /// lost, and that is safe to repeat, since a report is idempotent (the replay finds its chunk
-    /// stored as sent, writes nothing and answers the state), which NiFi's own retries rely on.
+    /// stored as sent, writes nothing and answers the state, which NiFi's own retries rely on), and
+    /// the repeat of a decision is answered as that decision (`DecisionIds`).
     async fn report_chunk_alone(
         &self,
         run_id: Uuid,
         pid: &str,
         r: &ChunkReport,
-    ) -> Result<Option<ChunkOutcome>> {
-        let rec = alone!(self, |conn| record_chunk(
+        ids: &DecisionIds,
+    ) -> Result<ChunkOutcome> {
+        let rec = alone!(self, |conn| call_report_chunk(
             conn,
             run_id,
             pid,
             r,
-            Recording::Alone
+            Holding::Nothing,
+            ids
         ))?;
-        // One observation per report: a report that goes on to decide is observed by its
-        // transaction's run lock.
-        if rec.outcome == "DECIDE" {
-            return Ok(None);
-        }
-        if let Some(o) = &self.lock_wait {
+        // One observation per report, refused ones included: a report that escalates is
+        // observed by its transaction's run lock.
+        if rec.outcome != "ESCALATE"
+            && let Some(o) = &self.lock_wait
+        {
             o.observe(rec.lock_wait_seconds);
         }
-        let (partition_status, run_status) = rec.statuses()?;
-        Ok(Some(ChunkOutcome {
-            recorded: true,
-            partition_status,
-            run_status,
-            received_chunks: rec.files.unwrap_or_default(),
-            chunk_count: r.chunk_count,
-            validation_scheduled: false,
-            result: if run_status == RunStatus::Extracting
-                && partition_status == PartitionStatus::Running
-            {
-                ChunkResult::Progress
-            } else {
-                ChunkResult::Ignored
-            },
-        }))
+        rec.decided()?.answer(r)
     }
 
-    async fn report_chunk_once(
+    /// The report under the run's exclusive lock, in a transaction: after a gate mismatch, which
+    /// fails the partition and the run here (§5.3 rule 6).
+    async fn report_chunk_exclusive(
         &self,
         conn: &mut sqlx::PgConnection,
         run_id: Uuid,
         pid: &str,
         r: &ChunkReport,
-        mode: RunLock,
     ) -> Result<ChunkOutcome> {
-        let run = self.lock_run_timed(conn, run_id, mode).await?;
-        // §4.7 steps 2–8 as `report_chunk_alone` runs them, now inside this transaction and
-        // whatever the gate says.
-        let rec = record_chunk(conn, run_id, pid, r, Recording::InDecision).await?;
-        let (part_status, run_status) = rec.statuses()?;
-        if part_status == PartitionStatus::Success && rec.changed != Some(false) {
-            return Err(LedgerError::ChunkConflict);
+        let run = self.lock_run_timed(conn, run_id).await?;
+        // Fresh ids: a transaction that did not commit wrote none of them; the success's event is
+        // this transaction's witness should its COMMIT's answer be lost.
+        let ids = DecisionIds {
+            success_event: Event::id_of_commit(),
+            ..DecisionIds::new()
+        };
+        let rec = call_report_chunk(conn, run_id, pid, r, Holding::Exclusive, &ids)
+            .await?
+            .decided()?;
+        if rec.outcome != "MISMATCH" {
+            return rec.answer(r);
         }
-        let agg = rec.aggregate()?;
-        let mut out = ChunkOutcome {
+        let text = rec
+            .gate_message
+            .as_deref()
+            .ok_or_else(|| LedgerError::Corrupt("gate mismatch without a message".into()))?;
+        self.partition_mismatched(conn, &run, pid, text).await?;
+        Ok(ChunkOutcome {
             recorded: true,
-            partition_status: part_status,
-            run_status,
-            received_chunks: agg.files,
+            partition_status: PartitionStatus::Failed,
+            run_status: RunStatus::FailedExtract,
+            received_chunks: rec.files.unwrap_or_default(),
             chunk_count: r.chunk_count,
             validation_scheduled: false,
-            result: ChunkResult::Progress,
-        };
-        if run_status != RunStatus::Extracting || part_status != PartitionStatus::Running {
-            // Recorded only: late chunks still count for cleanup accounting.
-            out.result = ChunkResult::Ignored;
-        } else if gate_due(&agg, r.chunk_count.into()) {
-            let expected_rows = rec
-                .expected_row_count
-                .ok_or_else(|| LedgerError::Corrupt("expected rows".into()))?;
-            match judge_chunk_gate(&agg, r.chunk_count.into(), expected_rows) {
-                GateVerdict::Success => {
-                    self.partition_succeeded(conn, &run, pid, r, &agg, &mut out)
-                        .await?
-                }
-                GateVerdict::Mismatch(_) if mode == RunLock::Shared => {
-                    return Err(LedgerError::Escalate);
-                }
-                GateVerdict::Mismatch(text) => {
-                    self.partition_mismatched(conn, &run, pid, &text).await?;
-                    out.partition_status = PartitionStatus::Failed;
-                    out.run_status = RunStatus::FailedExtract;
-                    out.result = ChunkResult::Failed;
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
-    }
-
-    async fn partition_succeeded(
-        &self,
-        conn: &mut sqlx::PgConnection,
-        run: &crate::store::RunRow,
-        pid: &str,
-        r: &ChunkReport,
-        agg: &ChunkAggregate,
-        out: &mut ChunkOutcome,
-    ) -> Result<()> {
-        let rows = i64::try_from(agg.rows).map_err(|_| LedgerError::Corrupt("rows".into()))?;
-        let bytes = agg.bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX));
-        // The SUCCESS, its event and the pin of an unfinished sibling, in one round trip
-        // (`nifi_ops.partition_success`, migration 20261204000014): completion without a queue on
-        // the run row (issue 30 item 3; spec/model/completion.pml checks it statement by
-        // statement, and the function keeps the statements). A success that pins a sibling is not
-        // the last (the sibling's report takes it FOR UPDATE and waits for this one to commit, so
-        // its success sees this one) and leaves without touching the run row: siblings' successes
-        // do not queue on it.
-        let event_id = Event::id_of_commit();
-        let (won, pinned): (bool, bool) = sqlx::query_as(
-            "SELECT won, pinned FROM nifi_ops.partition_success($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-        )
-        .bind(run.run_id)
-        .bind(pid)
-        .bind(r.claim_token)
-        .bind(rows)
-        .bind(agg.files as i32)
-        .bind(bytes)
-        .bind(event_id)
-        .bind(&run.job_key)
-        .bind(&run.business_key)
-        .fetch_one(&mut *conn)
-        .await?;
-        if !won {
-            return Err(LedgerError::Corrupt(
-                "partition changed under its row lock".into(),
-            ));
-        }
-        out.partition_status = PartitionStatus::Success;
-        out.result = ChunkResult::PartitionSuccess;
-        if pinned {
-            return Ok(());
-        }
-        // None pinned: this success may be the last. It takes the run row's write lock, which
-        // serializes the successes that may be last (and only those) without upgrading our KEY
-        // SHARE lock (§5.3 rule 3). The recount runs in a statement of its own, whose snapshot is
-        // taken after this one's wait: it sees every success committed before (two last successes
-        // each skip the other's partition, held FOR UPDATE, and the second to get the run row
-        // sees the first).
-        let status: Option<String> = sqlx::query_scalar(
-            "SELECT status FROM nifi_ops.load_run WHERE run_id = $1 AND status = 'EXTRACTING' FOR NO KEY UPDATE",
-        )
-        .bind(run.run_id)
-        .fetch_optional(&mut *conn)
-        .await?;
-        if status.is_none() {
-            // The run left EXTRACTING although we hold it FOR KEY SHARE: decide under FOR UPDATE.
-            return Err(LedgerError::Escalate);
-        }
-        if complete_extraction(conn, run).await? {
-            out.run_status = RunStatus::ExtractedValidated;
-            out.validation_scheduled = true;
-            out.result = ChunkResult::RunComplete;
-        }
-        Ok(())
+            result: ChunkResult::Failed,
+        })
     }
 
     /// Gate mismatch, written only under the run row's FOR UPDATE (§5.3 rule 6).

@@ -4,7 +4,7 @@ use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::json::ts;
 use crate::status::RunStatus;
-use crate::store::{JobThresholds, Ledger, RunLock, transaction};
+use crate::store::{JobThresholds, Ledger, transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;
@@ -142,7 +142,7 @@ impl Ledger {
     ) -> Result<CleanupRecorded> {
         transaction!(self, |conn| async {
             let t = self.job_thresholds(conn).await?;
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             let g = &self.config.thresholds;
             let sql = format!(

@@ -6,7 +6,7 @@ use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::manifest::{Manifest, manifest_violations};
 use crate::status::RunStatus;
-use crate::store::{Ledger, RunLock, notify_run, transaction};
+use crate::store::{Ledger, notify_run, transaction};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -44,7 +44,7 @@ enum Registered {
 impl Ledger {
     pub async fn register_manifest(&self, run_id: Uuid, m: &Manifest) -> Result<ManifestOutcome> {
         let registered = transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             if status != RunStatus::Created {
                 return replay(conn, &run.run_id, status, run.source_count, m)
@@ -159,9 +159,7 @@ impl Ledger {
             let mut status = RunStatus::Extracting;
             let mut scheduled = false;
             if empty == parts.len() as i64 {
-                let mut run = run.clone();
-                run.source_count = Some(m.source_count);
-                scheduled = complete_extraction(conn, &run).await?;
+                scheduled = complete_extraction(conn, run.run_id).await?;
                 if scheduled {
                     status = RunStatus::ExtractedValidated;
                 }

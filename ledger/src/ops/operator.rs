@@ -3,7 +3,7 @@ use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::status::{DispatchStatus, RunStatus};
-use crate::store::{Ledger, RunLock, notify_dispatch, transaction};
+use crate::store::{Ledger, notify_dispatch, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -47,7 +47,7 @@ impl Ledger {
             if let Some(f) = fence {
                 super::leader::check_fence(conn, f).await?;
             }
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             if status == RunStatus::Cancelled {
                 return Ok(CancelOutcome {
@@ -93,7 +93,7 @@ impl Ledger {
         actor: &Actor,
     ) -> Result<ResendOutcome> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let row: Option<(Uuid, String)> =
                 sqlx::query_as("SELECT run_id, status FROM nifi_ops.load_dispatch WHERE dispatch_id = $1 FOR UPDATE")
                     .bind(dispatch_id)

@@ -4,7 +4,7 @@ use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::status::{PartitionStatus, RunStatus, is_snapshot_failure};
-use crate::store::{Ledger, RunLock, transaction};
+use crate::store::{Ledger, transaction};
 use crate::text::{cut, message};
 use serde::Serialize;
 use serde_json::json;
@@ -69,9 +69,7 @@ impl Ledger {
         f: &PartitionFailure,
     ) -> Result<PartitionFailOutcome> {
         transaction!(self, |conn| async {
-            let run = self
-                .lock_run_timed(conn, run_id, RunLock::Exclusive)
-                .await?;
+            let run = self.lock_run_timed(conn, run_id).await?;
             let part = lock_partition(conn, run_id, pid).await?;
             if part.claim_token != Some(f.claim_token) {
                 return Err(LedgerError::ClaimMismatch);

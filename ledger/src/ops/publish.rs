@@ -4,7 +4,7 @@ use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::status::RunStatus;
-use crate::store::{Ledger, RunLock, transaction};
+use crate::store::{Ledger, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -28,7 +28,7 @@ pub struct StatusChange {
 impl Ledger {
     pub async fn claim_publish(&self, run_id: Uuid, token: Uuid) -> Result<PublishClaim> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             if status == RunStatus::Publishing {
                 return Ok(PublishClaim {
@@ -77,7 +77,7 @@ impl Ledger {
         message: &str,
     ) -> Result<StatusChange> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             if run.publish_token != Some(token) {
                 return Err(LedgerError::PublishTokenMismatch);
             }
@@ -150,7 +150,7 @@ impl Ledger {
             if let Some(f) = fence {
                 super::leader::check_fence(conn, f).await?;
             }
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             if status == resolution {
                 return Ok(StatusChange {

@@ -3,7 +3,7 @@ use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::status::{RunStatus, fail_transition_allowed};
-use crate::store::{Ledger, RunLock, transaction};
+use crate::store::{Ledger, transaction};
 use crate::text::cut;
 use serde::Serialize;
 use serde_json::json;
@@ -36,7 +36,7 @@ impl Ledger {
             });
         }
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let current = run.status()?;
             if current == req.fail_status {
                 return Ok(RunFailOutcome {

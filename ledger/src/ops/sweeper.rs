@@ -376,9 +376,7 @@ impl Ledger {
         run_id: Uuid,
         limit: std::time::Duration,
     ) -> Result<bool> {
-        let run = self
-            .lock_run(conn, run_id, crate::store::RunLock::Exclusive)
-            .await?;
+        let run = self.lock_run(conn, run_id).await?;
         let status = run.status()?;
         let (due,): (bool,) = sqlx::query_as("SELECT started_at < clock_timestamp() - make_interval(secs => $2) FROM nifi_ops.load_run WHERE run_id = $1")
             .bind(run_id)

@@ -5,7 +5,7 @@ use crate::event::{Event, Level};
 use crate::json::ts;
 use crate::judge::{StoredMetric, count_value, judge_metrics};
 use crate::status::RunStatus;
-use crate::store::{Ledger, RunLock, RunRow, transaction};
+use crate::store::{Ledger, RunRow, transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{Map, Value, json};
@@ -151,7 +151,7 @@ impl Ledger {
         node: &str,
     ) -> Result<StartOutcome> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let dispatch: Option<(Uuid, String)> =
                 sqlx::query_as("SELECT run_id, dispatch_type FROM nifi_ops.load_dispatch WHERE dispatch_id = $1 FOR UPDATE")
                     .bind(dispatch_id)
@@ -209,7 +209,7 @@ impl Ledger {
             last.push(item);
         }
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             if status != stage.accepted_in() {
                 return Err(LedgerError::RunStatusMismatch {
@@ -272,7 +272,7 @@ impl Ledger {
     /// Judges the stored STAGING metrics (§4.11); never trusts a verdict from NiFi.
     pub async fn stage_validated(&self, run_id: Uuid) -> Result<StageVerdict> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             let verdict = |ok, run_status, reasons| StageVerdict {
                 stage_validated: ok,
@@ -318,7 +318,7 @@ impl Ledger {
     /// Judges the stored TARGET metrics and finishes the run (§4.14).
     pub async fn succeed(&self, run_id: Uuid, target_count: Option<i64>) -> Result<SuccessVerdict> {
         transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id, RunLock::Exclusive).await?;
+            let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
             let verdict = |ok, run_status, reasons| SuccessVerdict {
                 success: ok,
