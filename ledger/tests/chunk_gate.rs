@@ -67,6 +67,9 @@ async fn the_gate_passes_complete_counted_partitions_and_names_every_mismatch() 
         (agg(2, 0, 1, 10, 2), 2, 10),
         (agg(2, 1, 2, 10, 1), 2, 10),
         (agg(1, 0, 0, 10, 1), 2, 10),
+        // A lowest index that is not 0, whatever else agrees (no real aggregate is this one:
+        // two distinct indexes cannot both be 1; the gate states the contract all the same).
+        (agg(2, 1, 1, 10, 1), 2, 10),
         // No chunk at all, and a sum beyond any bigint.
         (
             Aggregate {
@@ -93,6 +96,7 @@ async fn the_gate_passes_complete_counted_partitions_and_names_every_mismatch() 
             m("files=2 chunkCount=2 distinctCounts=2 rows=10 expected=10"),
             m("files=2 chunkCount=2 distinctCounts=1 rows=10 expected=10"),
             m("files=1 chunkCount=2 distinctCounts=1 rows=10 expected=10"),
+            m("files=2 chunkCount=2 distinctCounts=1 rows=10 expected=10"),
             m("files=0 chunkCount=1 distinctCounts=0 rows=0 expected=0"),
             m(&format!(
                 "files=2 chunkCount=2 distinctCounts=1 rows={} expected={}",
