@@ -4,24 +4,11 @@
 //! cancel or a failure never completes a run that ended, and `success_partition_count` as read
 //! stays exact although the successes no longer write it.
 use ledger::{
-    Actor, ChunkReport, ChunkResult, Ledger, LedgerConfig, LedgerError, RunFailure, RunFilter,
-    RunStatus,
+    Actor, ChunkResult, Ledger, LedgerConfig, LedgerError, RunFailure, RunFilter, RunStatus,
 };
 use sqlx::PgConnection;
-use testkit::{TestDb, manifest, new_run};
+use testkit::{TestDb, chunk_report, manifest, new_run};
 use uuid::Uuid;
-
-fn chunk(path: &str, pid: &str, token: Uuid, i: i32) -> ChunkReport {
-    ChunkReport {
-        claim_token: token,
-        chunk_index: i,
-        chunk_count: 2,
-        fragment_identifier: None,
-        hdfs_path: format!("{path}/p={pid}/part-{i}.parquet"),
-        record_count: 5,
-        byte_count: Some(1),
-    }
-}
 
 /// A run whose `rows` partitions (10 rows each, or 0) are claimed and have their first chunk of
 /// two recorded: each waits for its last chunk. Returns the run, its path and the tokens.
@@ -51,7 +38,11 @@ async fn run_waiting_for_last_chunks(
                 .claimed
         );
         let first = ledger
-            .report_chunk(run, &pid, &chunk(&created.hdfs_run_path, &pid, token, 0))
+            .report_chunk(
+                run,
+                &pid,
+                &chunk_report(token, &created.hdfs_run_path, &pid, 0, 2, 5),
+            )
             .await
             .unwrap();
         assert_eq!(first.result, ChunkResult::Progress);
@@ -71,7 +62,7 @@ async fn last_chunks_at_once(
         .iter()
         .map(|(pid, token)| {
             let ledger = ledger.clone();
-            let report = chunk(path, pid, *token, 1);
+            let report = chunk_report(*token, path, pid, 1, 2, 5);
             let pid = pid.clone();
             tokio::spawn(async move { ledger.report_chunk(run, &pid, &report).await })
         })
@@ -177,7 +168,7 @@ async fn the_count_is_read_exactly_while_extracting_and_stored_when_the_run_ends
     assert_eq!(read_counts(&ledger, run, "counts").await, (1, 1));
     for (k, (pid, token)) in owners.iter().take(2).enumerate() {
         let out = ledger
-            .report_chunk(run, pid, &chunk(&path, pid, *token, 1))
+            .report_chunk(run, pid, &chunk_report(*token, &path, pid, 1, 2, 5))
             .await
             .unwrap();
         assert_eq!(out.result, ChunkResult::PartitionSuccess);
@@ -408,7 +399,7 @@ impl<'c> OldSuccess<'c> {
         assert_eq!(part.get::<String, _>("status"), "RUNNING");
         // 0.1.0's chunk statement, its run_heartbeat_cte!("(SELECT count(*) FROM chunks) < $5")
         // written out.
-        let report = chunk(path, pid, token, 1);
+        let report = chunk_report(token, path, pid, 1, 2, 5);
         let a = sqlx::query(
             "WITH prior AS ( \
                 SELECT fragment_identifier, fragment_count, hdfs_path, record_count, byte_count, status FROM nifi_ops.load_file \
@@ -642,7 +633,7 @@ async fn old_release_successes_complete_a_run_this_release_began() {
             run_waiting_for_last_chunks(&ledger, &format!("rollback-{round}"), &vec![10; n]).await;
         for (pid, token) in &owners[..new_ones] {
             let out = ledger
-                .report_chunk(run, pid, &chunk(&path, pid, *token, 1))
+                .report_chunk(run, pid, &chunk_report(*token, &path, pid, 1, 2, 5))
                 .await
                 .unwrap();
             assert_eq!(out.result, ChunkResult::PartitionSuccess);
@@ -689,7 +680,7 @@ async fn old_and_new_last_successes_in_both_orders_on_the_run_row_complete_once(
         .report_chunk(
             run,
             &owners[1].0,
-            &chunk(&path, &owners[1].0, owners[1].1, 1),
+            &chunk_report(owners[1].1, &path, &owners[1].0, 1, 2, 5),
         )
         .await
         .unwrap();
@@ -722,7 +713,7 @@ async fn old_and_new_last_successes_in_both_orders_on_the_run_row_complete_once(
     let new = {
         let ledger = ledger.clone();
         let (pid, token) = owners[1].clone();
-        let report = chunk(&path, &pid, token, 1);
+        let report = chunk_report(token, &path, &pid, 1, 2, 5);
         tokio::spawn(async move { ledger.report_chunk(run, &pid, &report).await })
     };
     until_a_backend_waits_for_a_lock(&mut c).await;
@@ -813,7 +804,7 @@ async fn mixed_release_last_successes_complete_every_run_exactly_once() {
                 }));
             } else {
                 let ledger = ledger.clone();
-                let report = chunk(&path, &pid, token, 1);
+                let report = chunk_report(token, &path, &pid, 1, 2, 5);
                 new_tasks.push(tokio::spawn(async move {
                     ledger.report_chunk(run, &pid, &report).await
                 }));

@@ -1,7 +1,7 @@
 //! Event ids (CONTRACT §1.6, §4.22): the ledger writes time-ordered ids (UUID v7), so that its
 //! inserts append to the right edge of the primary key instead of landing on random leaves, and
 //! events that tie on `event_time` come out of the timeline in the order they were written.
-use ledger::{ChunkReport, LedgerConfig};
+use ledger::LedgerConfig;
 use testkit::{TestDb, manifest, new_run};
 use uuid::Uuid;
 
@@ -22,15 +22,7 @@ async fn complete_run(ledger: &ledger::Ledger, name: &str, n: usize) -> Uuid {
                 .unwrap()
                 .claimed
         );
-        let r = ChunkReport {
-            claim_token: token,
-            chunk_index: 0,
-            chunk_count: 1,
-            fragment_identifier: None,
-            hdfs_path: format!("{}/p={pid}/part-0.parquet", created.hdfs_run_path),
-            record_count: 5,
-            byte_count: None,
-        };
+        let r = testkit::chunk_report(token, &created.hdfs_run_path, &pid, 0, 1, 5);
         ledger.report_chunk(run, &pid, &r).await.unwrap();
     }
 

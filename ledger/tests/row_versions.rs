@@ -3,7 +3,7 @@
 //! the partition writes no heartbeat version that its SUCCESS update replaces at once; and the
 //! success update of the run changes no indexed column when the run's heartbeat is fresh (HOT).
 //! Counted from PostgreSQL's own statistics (`n_tup_upd`, `n_tup_hot_upd`).
-use ledger::{ChunkReport, Decimal38, Ledger, LedgerConfig, Manifest, ManifestPartition};
+use ledger::{Decimal38, Ledger, LedgerConfig, Manifest, ManifestPartition};
 use sqlx::PgConnection;
 use testkit::{TestDb, claim_all, new_run};
 use uuid::Uuid;
@@ -90,15 +90,7 @@ async fn chunk_reports_write_no_needless_row_versions() {
     let aged = heartbeat(&mut admin, run).await;
     let part0 = updates(&ledger, &mut admin, "load_partition").await;
     let run0 = updates(&ledger, &mut admin, "load_run").await;
-    let report = |i: i32| ChunkReport {
-        claim_token: token,
-        chunk_index: i,
-        chunk_count: 3,
-        fragment_identifier: None,
-        hdfs_path: format!("{}/p={pid}/part-{i}.parquet", created.hdfs_run_path),
-        record_count: 10,
-        byte_count: None,
-    };
+    let report = |i: i32| testkit::chunk_report(token, &created.hdfs_run_path, pid, i, 3, 10);
     ledger.report_chunk(run, pid, &report(0)).await.unwrap();
     let beat = heartbeat(&mut admin, run).await;
     assert!(beat > aged, "a stale heartbeat is refreshed");

@@ -14,10 +14,10 @@
 //!
 //! Each interleaving is forced with a plain transaction holding a row lock that the first
 //! operation queues behind; waits are observed in `pg_stat_activity`, never slept out.
-use ledger::{Actor, ChunkReport, ChunkResult, Ledger, LedgerConfig, PartitionStatus, RunStatus};
+use ledger::{Actor, ChunkResult, Ledger, LedgerConfig, PartitionStatus, RunStatus};
 use sqlx::{Connection, PgConnection};
 use std::time::{Duration, Instant};
-use testkit::{TestDb, claim_all, manifest, new_run};
+use testkit::{TestDb, chunk_report, claim_all, manifest, new_run};
 use uuid::Uuid;
 
 /// Waits until `n` backends of the test database wait for a heavyweight lock, `on` of them on
@@ -97,15 +97,7 @@ async fn a_report_that_waited_behind_a_cancel_answers_cancelled_and_is_recorded_
     until_waiting(&mut observer, 1, "transactionid", 1).await;
     let report = tokio::spawn({
         let ledger = ledger.clone();
-        let r = ChunkReport {
-            claim_token: token,
-            chunk_index: 0,
-            chunk_count: 1,
-            fragment_identifier: None,
-            hdfs_path: format!("{path}/p=0000/part-0.parquet"),
-            record_count: 5,
-            byte_count: Some(10),
-        };
+        let r = chunk_report(token, &path, "0000", 0, 1, 5);
         async move { ledger.report_chunk(run, "0000", &r).await }
     });
     until_waiting(&mut observer, 2, "advisory", 1).await;
@@ -248,7 +240,7 @@ async fn behind_the_completing_report<T: Send + 'static>(
     let mut holder = hold_run_row_for_no_key_update(&db, run).await;
     let completing = tokio::spawn({
         let ledger = ledger.clone();
-        let r = last_chunk(token, &path);
+        let r = chunk_report(token, &path, "0000", 0, 1, 5);
         async move { ledger.report_chunk(run, "0000", &r).await }
     });
     until_waiting(&mut observer, 1, "transactionid", 1).await;
@@ -263,18 +255,6 @@ async fn behind_the_completing_report<T: Send + 'static>(
     (db, run, out)
 }
 
-fn last_chunk(token: Uuid, path: &str) -> ChunkReport {
-    ChunkReport {
-        claim_token: token,
-        chunk_index: 0,
-        chunk_count: 1,
-        fragment_identifier: None,
-        hdfs_path: format!("{path}/p=0000/part-0.parquet"),
-        record_count: 5,
-        byte_count: Some(10),
-    }
-}
-
 /// NiFi's retry of a report whose answer was late waits for the first attempt, which completes
 /// the run: the retry answers the completed run.
 #[tokio::test]
@@ -282,7 +262,7 @@ async fn a_replayed_report_that_waited_behind_the_completion_answers_the_complet
     let (db, run, out) = behind_the_completing_report(|ledger, run, token, path| {
         tokio::spawn(async move {
             ledger
-                .report_chunk(run, "0000", &last_chunk(token, &path))
+                .report_chunk(run, "0000", &chunk_report(token, &path, "0000", 0, 1, 5))
                 .await
         })
     })
@@ -358,18 +338,6 @@ async fn a_replayed_manifest_is_answered_as_it_was_first() {
     );
 }
 
-fn chunk_of(token: Uuid, path: &str, pid: &str, index: i32, count: i32, rows: i64) -> ChunkReport {
-    ChunkReport {
-        claim_token: token,
-        chunk_index: index,
-        chunk_count: count,
-        fragment_identifier: None,
-        hdfs_path: format!("{path}/p={pid}/part-{index}.parquet"),
-        record_count: rows,
-        byte_count: Some(10),
-    }
-}
-
 /// A progress report, one statement on its own, still takes the run's shared lock (§5.3 rule
 /// 2): it waits while a run-changing operation holds the run row (cargo-mutants: telling
 /// `nifi_ops.record_chunk` that the run was already locked survived every sequential test).
@@ -387,7 +355,7 @@ async fn a_progress_report_waits_while_the_run_is_held_for_a_change() {
     let mut holder = hold_run_row(&db, run).await;
     let report = tokio::spawn({
         let ledger = ledger.clone();
-        let r = chunk_of(token, &path, "0000", 0, 3, 10);
+        let r = chunk_report(token, &path, "0000", 0, 3, 10);
         async move { ledger.report_chunk(run, "0000", &r).await }
     });
     until_waiting(&mut observer, 1, "transactionid", 1).await;
@@ -411,7 +379,7 @@ async fn a_replayed_single_chunk_of_a_succeeded_partition_is_recorded_only() {
     let (run, path) = extracting_run(&ledger, &[5, 5]).await;
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000", "0001"], token).await;
-    let only = chunk_of(token, &path, "0000", 0, 1, 5);
+    let only = chunk_report(token, &path, "0000", 0, 1, 5);
     let first = ledger.report_chunk(run, "0000", &only).await.unwrap();
     assert_eq!(first.result, ChunkResult::PartitionSuccess);
     let replay = ledger.report_chunk(run, "0000", &only).await.unwrap();
@@ -456,7 +424,7 @@ async fn a_mismatch_ends_the_run_only_under_the_exclusive_lock() {
     let report = tokio::spawn({
         let ledger = ledger.clone();
         // 7 rows where the manifest expects 10: the gate's verdict is a mismatch.
-        let r = chunk_of(token, &path, "0000", 0, 1, 7);
+        let r = chunk_report(token, &path, "0000", 0, 1, 7);
         async move { ledger.report_chunk(run, "0000", &r).await }
     });
     until_waiting(&mut observer, 1, "transactionid", 1).await;
@@ -504,7 +472,7 @@ async fn a_last_success_that_finds_the_run_gone_decides_again_under_the_exclusiv
         .unwrap();
     let report = tokio::spawn({
         let ledger = ledger.clone();
-        let r = chunk_of(token, &path, "0000", 0, 1, 5);
+        let r = chunk_report(token, &path, "0000", 0, 1, 5);
         async move { ledger.report_chunk(run, "0000", &r).await }
     });
     until_waiting(&mut observer, 1, "transactionid", 1).await;

@@ -224,6 +224,27 @@ pub async fn extracting_run(ledger: &Ledger, bk: &str, rows: &[i64]) -> ledger::
     created
 }
 
+/// Chunk `index` of `count` of partition `pid` under the claim `token`: `rows` rows in 10 bytes,
+/// at `<run_path>/p=<pid>/part-<index>.parquet`.
+pub fn chunk_report(
+    token: Uuid,
+    run_path: &str,
+    pid: &str,
+    index: i32,
+    count: i32,
+    rows: i64,
+) -> ledger::ChunkReport {
+    ledger::ChunkReport {
+        claim_token: token,
+        chunk_index: index,
+        chunk_count: count,
+        fragment_identifier: None,
+        hdfs_path: format!("{run_path}/p={pid}/part-{index}.parquet"),
+        record_count: rows,
+        byte_count: Some(10),
+    }
+}
+
 /// Claims each of `pids` with `token` as worker `nifi-01`, asserting that every claim is granted.
 pub async fn claim_all(ledger: &Ledger, run: Uuid, pids: &[&str], token: Uuid) {
     for pid in pids {
