@@ -45,16 +45,27 @@ async fn until_waiting(observer: &mut PgConnection, n: i64, wait_event: &str, on
     }
 }
 
-/// A transaction holding the run row `FOR UPDATE` (what queues the run-changing operation).
-async fn hold_run_row(db: &TestDb, run: Uuid) -> PgConnection {
+/// A transaction that ran `statement` (its `$1` is the run) and stays open: what the operation
+/// under test queues behind, until the caller commits it.
+async fn holding(db: &TestDb, run: Uuid, statement: &str) -> PgConnection {
     let mut holder = db.conn().await;
     sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE")
+    sqlx::query(sqlx::AssertSqlSafe(statement.to_string()))
         .bind(run)
         .execute(&mut holder)
         .await
         .unwrap();
     holder
+}
+
+/// A transaction holding the run row `FOR UPDATE` (what queues the run-changing operation).
+async fn hold_run_row(db: &TestDb, run: Uuid) -> PgConnection {
+    holding(
+        db,
+        run,
+        "SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR UPDATE",
+    )
+    .await
 }
 
 /// `testkit::extracting_run`, as this file's tests use it: the run and its HDFS directory.
@@ -209,14 +220,12 @@ async fn a_claim_that_waited_behind_the_manifest_claims() {
 /// A transaction holding the run row `FOR NO KEY UPDATE`: reports and claims pass it (`FOR KEY
 /// SHARE`), but the success count update of a partition's last chunk queues behind it.
 async fn hold_run_row_for_no_key_update(db: &TestDb, run: Uuid) -> PgConnection {
-    let mut holder = db.conn().await;
-    sqlx::query("BEGIN").execute(&mut holder).await.unwrap();
-    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE")
-        .bind(run)
-        .execute(&mut holder)
-        .await
-        .unwrap();
-    holder
+    holding(
+        db,
+        run,
+        "SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR NO KEY UPDATE",
+    )
+    .await
 }
 
 /// The completing report A of partition 0000 is held after it locked its partition and before it
@@ -414,13 +423,12 @@ async fn a_mismatch_ends_the_run_only_under_the_exclusive_lock() {
     let token = Uuid::new_v4();
     claim_all(&ledger, run, &["0000", "0001"], token).await;
     let mut observer = db.conn().await;
-    let mut sibling = db.conn().await;
-    sqlx::query("BEGIN").execute(&mut sibling).await.unwrap();
-    sqlx::query("SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR KEY SHARE")
-        .bind(run)
-        .execute(&mut sibling)
-        .await
-        .unwrap();
+    let mut sibling = holding(
+        &db,
+        run,
+        "SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 FOR KEY SHARE",
+    )
+    .await;
     let report = tokio::spawn({
         let ledger = ledger.clone();
         // 7 rows where the manifest expects 10: the gate's verdict is a mismatch.
@@ -463,13 +471,12 @@ async fn a_last_success_that_finds_the_run_gone_decides_again_under_the_exclusiv
     let mut observer = db.conn().await;
     // Cancels the run without the advisory lock: a non-key update, which the report's FOR KEY
     // SHARE passes and its FOR NO KEY UPDATE waits for.
-    let mut writer = db.conn().await;
-    sqlx::query("BEGIN").execute(&mut writer).await.unwrap();
-    sqlx::query("UPDATE nifi_ops.load_run SET status = 'CANCELLED' WHERE run_id = $1")
-        .bind(run)
-        .execute(&mut writer)
-        .await
-        .unwrap();
+    let mut writer = holding(
+        &db,
+        run,
+        "UPDATE nifi_ops.load_run SET status = 'CANCELLED' WHERE run_id = $1",
+    )
+    .await;
     let report = tokio::spawn({
         let ledger = ledger.clone();
         let r = chunk_report(token, &path, "0000", 0, 1, 5);
