@@ -434,16 +434,12 @@ pub(crate) struct RunRow {
     pub business_key: String,
     pub status: String,
     pub source_count: Option<i64>,
-    pub hdfs_run_path: Option<String>,
-    pub stage_table_name: Option<String>,
-    pub snapshot_scn: Option<String>,
-    pub extracted_count: i64,
     pub publish_token: Option<Uuid>,
     pub parameters: sqlx::types::Json<serde_json::Value>,
 }
 
-pub(crate) const RUN_COLUMNS: &str = "run_id, job_key, business_key, status, source_count, hdfs_run_path, \
-    stage_table_name, snapshot_scn::text AS snapshot_scn, extracted_count, publish_token, parameters";
+pub(crate) const RUN_COLUMNS: &str =
+    "run_id, job_key, business_key, status, source_count, publish_token, parameters";
 
 static EXCLUSIVE_RUN_LOCK: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(

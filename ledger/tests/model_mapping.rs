@@ -242,11 +242,21 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_START_CAS",
         property: "9-stage",
         code: &[
-            Code::Stmt(
-                "start_validation",
-                "if status != RunStatus::ExtractedValidated { return Ok(refused_start(status)); }",
+            Code::Migration(
+                "20261204000016_start_validation_function.sql",
+                "IF run_status = 'EXTRACTED_VALIDATED' THEN SELECT t.changed INTO v_won \
+                 FROM nifi_ops.transition(p_run_id, 'EXTRACTED_VALIDATED', 'STAGE_VALIDATING',",
             ),
-            Code::Sql("transition", "WHERE run_id = $1 AND status = $2"),
+            Code::Migration(
+                "20261204000016_start_validation_function.sql",
+                "ELSIF NOT EXISTS (SELECT 1 FROM nifi_ops.load_event e \
+                 WHERE e.event_id = p_event_id AND e.run_id = p_run_id \
+                 AND e.event_name = 'STAGE_VALIDATION_STARTED') THEN outcome := 'REFUSED'; RETURN; END IF;",
+            ),
+            Code::Migration(
+                "20261204000016_start_validation_function.sql",
+                "WHERE run_id = p_run_id AND status = p_from; changed := FOUND;",
+            ),
         ],
     },
     Guard {
@@ -276,11 +286,12 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_ABORT",
         property: "13-partitions",
-        code: &[Code::Sql(
-            "transition",
-            "UPDATE nifi_ops.load_partition SET status = 'ABORTED', completed_at = clock_timestamp(), \
-             heartbeat_at = clock_timestamp(), error_code = $2, error_message = 'run ended: ' || $2 \
-             WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",
+        code: &[Code::Migration(
+            "20261204000016_start_validation_function.sql",
+            "IF p_aborts_partitions THEN UPDATE nifi_ops.load_partition SET status = 'ABORTED', \
+                 completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(), error_code = p_to, \
+                 error_message = 'run ended: ' || p_to \
+                 WHERE run_id = p_run_id AND status IN ('PENDING', 'RUNNING', 'RETRY');",
         )],
     },
     Guard {

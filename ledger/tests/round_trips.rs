@@ -441,57 +441,38 @@ async fn a_claim_or_report_whose_answer_is_lost_is_repeated_and_answered_the_sam
 }
 
 /// A transaction whose COMMIT got no answer may have committed: PostgreSQL keeps a commit whose
-/// connection was terminated while it waited for a synchronous standby. A validation start is
-/// not repeatable (its replay is refused, §4.9), so answering such a commit as a failure would
-/// leave the run STAGE_VALIDATING with nobody to validate it. The ledger looks for the
-/// transaction's event from a new connection: there, the start is answered as won; not there
+/// connection was terminated while it waited for a synchronous standby. A cancel is not
+/// repeatable as such (its replay answers "nothing changed"), so answering such a commit as a
+/// failure would tell the operator the cancel failed when it did not. The ledger looks for the
+/// transaction's event from a new connection: there, the cancel is answered as made; not there
 /// (the COMMIT never reached the server), the error stands and nothing changed.
 #[tokio::test]
 async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
     let (db, wire, ledger) = through_the_forwarder().await;
     let mut conn = db.conn().await;
-    // Two runs, each extracted and waiting for its validation start.
-    let mut waiting = Vec::new();
-    for key in ["commit-kept", "commit-dropped"] {
-        let created = extracting_run(&ledger, key, &[10]).await;
-        let run = created.run_id;
-        let token = Uuid::new_v4();
-        ledger
-            .claim_partition(run, "0000", token, "nifi-01")
-            .await
-            .unwrap();
-        let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
-        let done = ledger
-            .report_chunk(run, "0000", &report(token, 0, 1, path))
-            .await
-            .unwrap();
-        assert_eq!(done.run_status, RunStatus::ExtractedValidated);
-        let dispatch: Uuid = sqlx::query_scalar(
-            "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'",
-        )
-        .bind(run)
-        .fetch_one(&mut conn)
+    let actor = Actor {
+        name: "alice".into(),
+        role: "operator".into(),
+    };
+    let kept = extracting_run(&ledger, "commit-kept", &[10]).await.run_id;
+    let dropped = extracting_run(&ledger, "commit-dropped", &[10])
         .await
-        .unwrap();
-        waiting.push((run, dispatch));
-    }
+        .run_id;
 
-    let (kept, kept_dispatch) = waiting[0];
     wire.lose_next_commit_answer();
-    let start = ledger
-        .start_validation(kept, kept_dispatch, "nifi-02")
+    let cancel = ledger
+        .cancel_run(kept, "no longer needed", &actor, None)
         .await
-        .expect("the start committed: answered as won");
+        .expect("the cancel committed: answered as made");
     assert_eq!(wire.answers_lost(), 1, "the COMMIT's answer was lost");
     assert_eq!(
-        (start.started, start.run_status),
-        (true, RunStatus::StageValidating)
+        (cancel.changed, cancel.run_status),
+        (true, RunStatus::Cancelled)
     );
 
-    let (dropped, dropped_dispatch) = waiting[1];
     wire.drop_next_commit();
     let refused = ledger
-        .start_validation(dropped, dropped_dispatch, "nifi-02")
+        .cancel_run(dropped, "no longer needed", &actor, None)
         .await;
     assert_eq!(wire.answers_lost(), 2, "the COMMIT was dropped");
     assert!(
@@ -509,17 +490,121 @@ async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
     assert_eq!(
         statuses,
         vec![
-            (dropped, "EXTRACTED_VALIDATED".to_string()),
-            (kept, "STAGE_VALIDATING".to_string()),
+            (dropped, "EXTRACTING".to_string()),
+            (kept, "CANCELLED".to_string()),
         ],
         "the dropped COMMIT changed nothing; the lost answer's did"
     );
-    // And the dropped one's start, repeated now, wins: nothing of it had stayed.
+    // And the dropped one's cancel, repeated now, changes the run: nothing of it had stayed.
     let again = ledger
-        .start_validation(dropped, dropped_dispatch, "nifi-02")
+        .cancel_run(dropped, "no longer needed", &actor, None)
         .await
         .unwrap();
-    assert!(again.started);
+    assert!(again.changed);
+}
+
+/// A validation start (§4.9) is one statement (`nifi_ops.start_validation`, migration
+/// 20261204000016; eight before: BEGIN, the run lock, the dispatch's lock, the ACK, the CAS, the
+/// event, the SOURCE metrics, COMMIT). It is not repeatable (a second start is refused), so when
+/// its answer is lost the ledger repeats it with the same event id, and the repeat, finding its
+/// own STAGE_VALIDATION_STARTED, answers the start it made; a second delivery of the dispatch is
+/// refused as before.
+#[tokio::test]
+async fn a_validation_start_is_one_round_trip_and_its_lost_answer_is_answered_as_started() {
+    let (db, wire, ledger) = through_the_forwarder().await;
+    let mut conn = db.conn().await;
+    // Two runs, each extracted and waiting for its validation start.
+    let mut waiting = Vec::new();
+    for key in ["start-counted", "start-kept"] {
+        let created = extracting_run(&ledger, key, &[10]).await;
+        let run = created.run_id;
+        let token = Uuid::new_v4();
+        claim_all(&ledger, run, &["0000"], token).await;
+        let path = format!("{}/p=0000/part-0.parquet", created.hdfs_run_path);
+        let done = ledger
+            .report_chunk(run, "0000", &report(token, 0, 1, path))
+            .await
+            .unwrap();
+        assert_eq!(done.run_status, RunStatus::ExtractedValidated);
+        sqlx::query(
+            "INSERT INTO nifi_ops.load_validation (run_id, stage, metric_name, actual_value, result, query_version) \
+             VALUES ($1, 'SOURCE', 'row_count', '10', 'PASS', 'v1')",
+        )
+        .bind(run)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+        let dispatch: Uuid = sqlx::query_scalar(
+            "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'",
+        )
+        .bind(run)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        waiting.push((run, dispatch));
+    }
+
+    // The first call prepares the statement on the connection: counted from the second on.
+    let (counted_run, counted_dispatch) = waiting[0];
+    let first = ledger
+        .start_validation(counted_run, counted_dispatch, "nifi-02")
+        .await
+        .unwrap();
+    assert!(first.started);
+    let (again, sent) = counted(
+        &wire,
+        ledger.start_validation(counted_run, counted_dispatch, "nifi-02"),
+    )
+    .await;
+    let again = again.unwrap();
+    assert_eq!(
+        (again.started, again.run_status, sent),
+        (false, RunStatus::StageValidating, 1),
+        "a second delivery is refused, in one statement"
+    );
+
+    let (kept, kept_dispatch) = waiting[1];
+    wire.lose_next_answer();
+    let (start, sent) = counted(
+        &wire,
+        ledger.start_validation(kept, kept_dispatch, "nifi-02"),
+    )
+    .await;
+    let start = start.expect("the start committed: answered as made");
+    assert_eq!(wire.answers_lost(), 1, "the start's answer was lost");
+    assert_eq!(sent, 2, "the start and its repeat");
+    assert_eq!(
+        (
+            start.started,
+            start.run_status,
+            start.source_count,
+            start.extracted_count,
+            start.source_metrics.get("row_count").cloned()
+        ),
+        (
+            true,
+            RunStatus::StageValidating,
+            Some(10),
+            Some(10),
+            Some(serde_json::json!("10"))
+        ),
+        "the repeat answers the start it made, its metrics included"
+    );
+    let (starts, acked): (i64, String) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM nifi_ops.load_event e \
+                  WHERE e.run_id = $1 AND e.event_name = 'STAGE_VALIDATION_STARTED'), \
+                (SELECT status FROM nifi_ops.load_dispatch WHERE dispatch_id = $2)",
+    )
+    .bind(kept)
+    .bind(kept_dispatch)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        (starts, acked.as_str()),
+        (1, "ACKED"),
+        "one start, acknowledged"
+    );
 }
 
 /// A run's status changes wake the LoadRun mirror (§3.9) and, on completion, the dispatcher

@@ -1,7 +1,8 @@
 //! Every run status change (CONTRACT §2.1–§2.2): the CAS on the expected status, `heartbeat_at`,
 //! `version_no`, `completed_at` on entering a terminal status, the NOTIFY (§3.9: the LoadRun
-//! mirror's wake-up, sent by the CAS statement itself, one round trip fewer), and — in the same
-//! transaction — the [v1-ext] closing of unfinished partitions and pending dispatches.
+//! mirror's wake-up, sent at commit, only when the CAS won), and — in the same transaction — the
+//! [v1-ext] closing of unfinished partitions and pending dispatches: one statement,
+//! `nifi_ops.transition`.
 use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
 use crate::text::{cut, message};
@@ -44,17 +45,15 @@ pub(crate) async fn transition(
             message(m),
         ),
     };
-    let changed = sqlx::query(
-        "UPDATE nifi_ops.load_run SET status = $3, \
-            error_stage = CASE $4 WHEN 'keep' THEN error_stage WHEN 'clear' THEN NULL ELSE $5 END, \
-            error_code = CASE $4 WHEN 'keep' THEN error_code WHEN 'clear' THEN NULL ELSE $6 END, \
-            error_message = CASE $4 WHEN 'keep' THEN error_message WHEN 'clear' THEN NULL ELSE $7 END, \
-            completed_at = CASE WHEN $8 THEN clock_timestamp() ELSE completed_at END, \
-            heartbeat_at = clock_timestamp(), version_no = version_no + 1, \
-            success_partition_count = CASE WHEN $2 = 'EXTRACTING' THEN (SELECT count(*) FROM nifi_ops.load_partition p \
-                WHERE p.run_id = $1 AND p.status = 'SUCCESS') ELSE success_partition_count END \
-          WHERE run_id = $1 AND status = $2 \
-          RETURNING pg_notify('load_run', $1::text)",
+    let reason = if to == RunStatus::Cancelled {
+        "run cancelled".to_string()
+    } else {
+        format!("run ended: {to}")
+    };
+    // `nifi_ops.transition` (migration 20261204000016), the CAS's one copy, which the validation
+    // start runs server-side too: what is allowed, terminal and aborting is decided here.
+    let (changed, aborted): (bool, i64) = sqlx::query_as(
+        "SELECT changed, aborted FROM nifi_ops.transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
     )
     .bind(run_id)
     .bind(from.as_str())
@@ -64,38 +63,14 @@ pub(crate) async fn transition(
     .bind(code)
     .bind(msg)
     .bind(to.is_terminal())
-    .execute(&mut *conn)
-    .await?
-    .rows_affected();
-    if changed == 0 {
+    .bind(to.aborts_partitions())
+    .bind(reason)
+    .fetch_one(&mut *conn)
+    .await?;
+    if !changed {
         return Ok(None);
     }
-    let mut aborted = 0;
-    if to.aborts_partitions() {
-        aborted = sqlx::query(
-            "UPDATE nifi_ops.load_partition SET status = 'ABORTED', completed_at = clock_timestamp(), \
-                heartbeat_at = clock_timestamp(), error_code = $2, error_message = 'run ended: ' || $2 \
-              WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",
-        )
-        .bind(run_id)
-        .bind(to.as_str())
-        .execute(&mut *conn)
-        .await?
-        .rows_affected();
-    }
-    if to.is_terminal() {
-        let reason = if to == RunStatus::Cancelled {
-            "run cancelled".to_string()
-        } else {
-            format!("run ended: {to}")
-        };
-        sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'DEAD', last_error = $2 WHERE run_id = $1 AND status IN ('PENDING', 'SENT')")
-            .bind(run_id)
-            .bind(reason)
-            .execute(&mut *conn)
-            .await?;
-    }
-    Ok(Some(aborted))
+    Ok(Some(u64::try_from(aborted).unwrap_or_default()))
 }
 
 /// A transition that cannot lose because the caller holds the run row FOR UPDATE and checked it.

@@ -5,10 +5,10 @@ use crate::event::{Event, Level};
 use crate::json::ts;
 use crate::judge::{StoredMetric, count_value, judge_metrics};
 use crate::status::RunStatus;
-use crate::store::{Ledger, RunRow, transaction};
+use crate::store::{Ledger, alone, run_lock_key, transaction};
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 use uuid::Uuid;
 
 #[derive(Debug, Clone, Serialize, PartialEq)]
@@ -150,48 +150,17 @@ impl Ledger {
         dispatch_id: Uuid,
         node: &str,
     ) -> Result<StartOutcome> {
-        transaction!(self, |conn| async {
-            let run = self.lock_run(conn, run_id).await?;
-            let dispatch: Option<(Uuid, String)> =
-                sqlx::query_as("SELECT run_id, dispatch_type FROM nifi_ops.load_dispatch WHERE dispatch_id = $1 FOR UPDATE")
-                    .bind(dispatch_id)
-                    .fetch_optional(&mut *conn)
-                    .await?;
-            match dispatch {
-                Some((owner, kind)) if owner == run_id && kind == "VALIDATE_RUN" => {}
-                _ => return Err(LedgerError::DispatchMismatch),
-            }
-            // The ACK commits whatever the start decides (a duplicate delivery is acknowledged too).
-            sqlx::query("UPDATE nifi_ops.load_dispatch SET status = 'ACKED', acked_at = clock_timestamp() WHERE dispatch_id = $1 AND status <> 'ACKED'")
-                .bind(dispatch_id)
-                .execute(&mut *conn)
-                .await?;
-            let status = run.status()?;
-            if status != RunStatus::ExtractedValidated {
-                return Ok(refused_start(status));
-            }
-            transition_locked(
-                conn,
-                run_id,
-                status,
-                RunStatus::StageValidating,
-                ErrorFields::Keep,
-            )
-            .await?;
-            Event::new(Level::Info, "STAGE_VALIDATION_STARTED")
-                .run(&run)
-                .details(json!({"dispatchId": dispatch_id, "node": node}))
-                .insert(conn)
-                .await?;
-            let metrics: Vec<(String, Option<String>)> = sqlx::query_as(
-                "SELECT DISTINCT ON (metric_name) metric_name, actual_value FROM nifi_ops.load_validation \
-                  WHERE run_id = $1 AND stage = 'SOURCE' ORDER BY metric_name, measured_at DESC, validation_id DESC",
-            )
-            .bind(run_id)
-            .fetch_all(&mut *conn)
-            .await?;
-            Ok(started(&run, metrics))
-        })
+        // Chosen before the first attempt and sent again with every repeat: a repeat of a start
+        // whose answer was lost finds its own event and answers the start it made.
+        let event_id = Uuid::now_v7();
+        let row = alone!(self, |conn| call_start_validation(
+            conn,
+            run_id,
+            dispatch_id,
+            node,
+            event_id
+        ))?;
+        row.outcome()
     }
 
     /// Stores STAGING or TARGET metrics (§4.10): upsert by (stage, name, query version).
@@ -374,35 +343,99 @@ impl Ledger {
     }
 }
 
-fn refused_start(status: RunStatus) -> StartOutcome {
-    StartOutcome {
-        started: false,
-        run_status: status,
-        job_key: None,
-        business_key: None,
-        snapshot_scn: None,
-        hdfs_run_path: None,
-        stage_table: None,
-        source_count: None,
-        extracted_count: None,
-        source_metrics: Map::new(),
+async fn call_start_validation(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    dispatch_id: Uuid,
+    node: &str,
+    event_id: Uuid,
+) -> Result<StartRow> {
+    let (k1, k2) = run_lock_key(run_id);
+    let row = sqlx::query_as(
+        "SELECT outcome, run_status, job_key, business_key, snapshot_scn, hdfs_run_path, \
+                stage_table_name, source_count, extracted_count, source_metrics \
+           FROM nifi_ops.start_validation($1, $2, $3, $4, $5, $6)",
+    )
+    .bind(run_id)
+    .bind(dispatch_id)
+    .bind(node)
+    .bind(k1)
+    .bind(k2)
+    .bind(event_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(row)
+}
+
+/// What `nifi_ops.start_validation` answers (migration 20261204000016).
+#[derive(sqlx::FromRow)]
+struct StartRow {
+    /// RUN_NOT_FOUND, DISPATCH_MISMATCH, REFUSED or STARTED.
+    outcome: String,
+    run_status: Option<String>,
+    job_key: Option<String>,
+    business_key: Option<String>,
+    snapshot_scn: Option<String>,
+    hdfs_run_path: Option<String>,
+    stage_table_name: Option<String>,
+    source_count: Option<i64>,
+    extracted_count: Option<i64>,
+    source_metrics: Option<sqlx::types::Json<Map<String, Value>>>,
+}
+
+impl StartRow {
+    fn outcome(self) -> Result<StartOutcome> {
+        let status = || -> Result<RunStatus> {
+            let s = self
+                .run_status
+                .as_deref()
+                .ok_or_else(|| LedgerError::Corrupt("start without a run status".into()))?;
+            RunStatus::parse(s).ok_or_else(|| LedgerError::Corrupt(format!("run status {s}")))
+        };
+        match self.outcome.as_str() {
+            "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
+            "DISPATCH_MISMATCH" => Err(LedgerError::DispatchMismatch),
+            "REFUSED" => Ok(StartOutcome {
+                started: false,
+                run_status: status()?,
+                job_key: None,
+                business_key: None,
+                snapshot_scn: None,
+                hdfs_run_path: None,
+                stage_table: None,
+                source_count: None,
+                extracted_count: None,
+                source_metrics: Map::new(),
+            }),
+            "STARTED" => Ok(StartOutcome {
+                started: true,
+                run_status: status()?,
+                job_key: self.job_key,
+                business_key: self.business_key,
+                snapshot_scn: self.snapshot_scn,
+                hdfs_run_path: self.hdfs_run_path,
+                stage_table: self.stage_table_name,
+                source_count: self.source_count,
+                extracted_count: self.extracted_count,
+                source_metrics: self.source_metrics.map(|m| m.0).unwrap_or_default(),
+            }),
+            other => Err(LedgerError::Corrupt(format!(
+                "start_validation outcome {other}"
+            ))),
+        }
     }
 }
 
-fn started(run: &RunRow, metrics: Vec<(String, Option<String>)>) -> StartOutcome {
-    StartOutcome {
-        started: true,
-        run_status: RunStatus::StageValidating,
-        job_key: Some(run.job_key.clone()),
-        business_key: Some(run.business_key.clone()),
-        snapshot_scn: run.snapshot_scn.clone(),
-        hdfs_run_path: run.hdfs_run_path.clone(),
-        stage_table: run.stage_table_name.clone(),
-        source_count: run.source_count,
-        extracted_count: Some(run.extracted_count),
-        source_metrics: metrics
-            .into_iter()
-            .map(|(k, v)| (k, v.map(Value::String).unwrap_or(Value::Null)))
-            .collect(),
+#[cfg(test)]
+mod tests {
+    use crate::status::RunStatus;
+
+    /// `nifi_ops.start_validation` (migration 20261204000016) calls `nifi_ops.transition` to
+    /// STAGE_VALIDATING with `p_terminal` and `p_aborts_partitions` false: what the status rules
+    /// say of it.
+    #[test]
+    fn the_validation_start_neither_ends_the_run_nor_its_partitions() {
+        assert!(!RunStatus::StageValidating.is_terminal());
+        assert!(!RunStatus::StageValidating.aborts_partitions());
     }
 }
