@@ -82,9 +82,24 @@ async fn loads_survive_pod_deletions_on_the_node() {
     println!("{line}");
     eprintln!("node chaos: {line}");
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
-    assert_eq!(summary["anomalies"], json!([]), "{summary}");
-    assert_eq!(summary["unfinished"], json!([]), "{summary}");
-    assert_eq!(summary["receiver"]["rejected"], json!([]), "{summary}");
+    assert_eq!(
+        summary["anomalies"],
+        json!([]),
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
+    assert_eq!(
+        summary["unfinished"],
+        json!([]),
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
+    assert_eq!(
+        summary["receiver"]["rejected"],
+        json!([]),
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
     assert_eq!(report.runs as usize, runs);
     r.k(&["delete", "loadjob", "chaos", "--wait=false"]);
     r.remove().await;

@@ -43,15 +43,12 @@ async fn assert_ledger_clean(r: &Release, job_key: &str, runs: usize) {
 
 /// What NiFi saw: every run SUCCESS, nothing given up, nothing the contract forbids.
 fn assert_all_succeeded(summary: &Value, runs: usize) {
-    assert_eq!(
-        summary["final_status"],
-        json!({"SUCCESS": runs}),
-        "{summary}"
-    );
-    assert_eq!(summary["anomalies"], json!([]), "{summary}");
-    assert_eq!(summary["unfinished"], json!([]), "{summary}");
-    assert_eq!(summary["gave_up"], json!([]), "{summary}");
-    assert_eq!(summary["receiver"]["rejected"], json!([]), "{summary}");
+    let why = e2e::nifi::what_went_wrong(summary);
+    assert_eq!(summary["final_status"], json!({"SUCCESS": runs}), "{why}");
+    assert_eq!(summary["anomalies"], json!([]), "{why}");
+    assert_eq!(summary["unfinished"], json!([]), "{why}");
+    assert_eq!(summary["gave_up"], json!([]), "{why}");
+    assert_eq!(summary["receiver"]["rejected"], json!([]), "{why}");
 }
 
 fn ready_pods(r: &Release) -> usize {
@@ -422,7 +419,8 @@ async fn nifi_sees_no_error_while_the_api_server_is_away() {
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {summary}"
+        "NiFi saw errors: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let figures = json!({"bench": "node_fault_apiserver_away", "leading_again_seconds": releading.as_secs_f64()});
     conclude(r, "NODE_APIAWAY", 12, &summary, figures).await;
@@ -498,7 +496,8 @@ async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing()
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {summary}"
+        "NiFi saw errors: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     assert_eq!(r.lease_holder_pod().as_deref(), Some(next.as_str()));
     let figures = json!({"bench": "node_fault_leader_partitioned", "handover_seconds": handover.as_secs_f64()});
@@ -555,7 +554,8 @@ async fn the_ledgers_postgresql_restarts_under_load() {
     let errors = summary["failed_attempts"].as_object().unwrap();
     assert!(
         errors.keys().all(|k| k == "503" || k == "transport"),
-        "only the contract's 503 (or no answer) while the database was away: {summary}"
+        "only the contract's 503 (or no answer) while the database was away: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     assert_no_container_restarted(&r);
     let figures =
@@ -638,7 +638,8 @@ async fn the_operators_rbac_removed_and_restored_under_load() {
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {summary}"
+        "NiFi saw errors: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     assert_no_container_restarted(&r);
     let figures = json!({"bench": "node_fault_rbac_removed",
@@ -718,7 +719,8 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
     }
     assert!(
         availability >= 0.99,
-        "availability {availability}: {summary}"
+        "availability {availability}: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     assert_eq!(outage.0, Duration::ZERO, "a moment without a ready pod");
     let figures = json!({"bench": "node_fault_operator_sigkills", "kills": kills,
@@ -860,7 +862,8 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
         let floor = if phase == "upgrade" { 0.99 } else { 0.999 };
         assert!(
             availability >= floor,
-            "{phase}: availability {availability}: {summary}"
+            "{phase}: availability {availability}: {}",
+            e2e::nifi::what_went_wrong(&summary)
         );
         assert_eq!(
             outage.0,
@@ -1065,7 +1068,8 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
     assert_eq!(outage.0, Duration::ZERO, "a moment without a ready pod");
     assert!(
         availability >= 0.999,
-        "availability {availability}: {summary}"
+        "availability {availability}: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let figures = json!({"bench": "node_drain", "rounds": rounds, "nifi_requests": requests,
         "availability": availability,
@@ -1516,7 +1520,11 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
             .collect()
     });
     let added = started.elapsed().as_secs_f64();
-    std::fs::write(&token_file, NEXT_TOKEN).unwrap();
+    // Replaced, not rewritten in place: the simulator reads the file for every call, and a read
+    // between `write`'s truncation and its bytes sends an empty token (401, a failed run).
+    let written = dir.join("nifi-token.next");
+    std::fs::write(&written, NEXT_TOKEN).unwrap();
+    std::fs::rename(&written, &token_file).unwrap();
     apply_secret(
         &r,
         "lc-tokens",
@@ -1612,7 +1620,8 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw failed calls: {summary}"
+        "NiFi saw failed calls: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let by_key = &summary["receiver"]["accepted_by_key"];
     assert!(by_key["k2026a"].as_u64().unwrap_or(0) > 0, "{by_key}");
@@ -1620,7 +1629,8 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
     assert_eq!(
         summary["receiver"]["signature_refused"],
         json!([]),
-        "{summary}"
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let certs = &summary["receiver"]["client_certificates"];
     assert!(certs[&first_client_id].as_u64().unwrap_or(0) > 0, "{certs}");
@@ -1628,7 +1638,8 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
     assert_eq!(
         summary["receiver"]["handshakes_refused"],
         json!([]),
-        "{summary}"
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let _ = std::fs::remove_dir_all(&dir);
     let figures = json!({"bench": "node_rotation", "phases": phases, "runs": runs,

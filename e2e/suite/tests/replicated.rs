@@ -316,7 +316,12 @@ async fn failover_then_rejoin_then_switchover_back() {
     let moved = Instant::now();
     let rejoin = case.pair.rejoin_old_primary().await.unwrap();
     let summary = sim_summary(sim).await;
-    assert_eq!(summary["unfinished"], json!([]), "failover: {summary}");
+    assert_eq!(
+        summary["unfinished"],
+        json!([]),
+        "failover: {}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
     let failover = probe.report_when_recovered(fault, moved).await;
 
     let sim = case.load(8);

@@ -117,14 +117,30 @@ async fn user_story_on_a_real_node() {
             "1",
         ],
     );
-    assert_eq!(summary["anomalies"], json!([]), "{summary}");
+    assert_eq!(
+        summary["anomalies"],
+        json!([]),
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
     assert_eq!(
         summary["receiver"]["rejected"],
         json!([]),
-        "PG-05 refused a dispatch: {summary}"
+        "PG-05 refused a dispatch: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
-    assert_eq!(summary["final_status"]["SUCCESS"], 2, "{summary}");
-    assert_eq!(summary["final_status"]["PUBLISH_UNKNOWN"], 1, "{summary}");
+    assert_eq!(
+        summary["final_status"]["SUCCESS"],
+        2,
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
+    assert_eq!(
+        summary["final_status"]["PUBLISH_UNKNOWN"],
+        1,
+        "{}",
+        e2e::nifi::what_went_wrong(&summary)
+    );
 
     // 4. kubectl get loadruns shows SUCCESS with the right partition and row counts.
     let mut unknown = None;
@@ -277,8 +293,10 @@ async fn user_story_on_a_real_node() {
         &["--runs", "2", "--partitions", "3", "--chunks", "2"],
     );
     assert_eq!(
-        summary["final_status"]["SUCCESS"], 2,
-        "runs after failover: {summary}"
+        summary["final_status"]["SUCCESS"],
+        2,
+        "runs after failover: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
     let now = ledger_epoch(&s.ledger_url).await;
     assert_eq!(
@@ -320,8 +338,10 @@ async fn user_story_on_a_real_node() {
         &["--runs", "1", "--partitions", "2", "--chunks", "2"],
     );
     assert_eq!(
-        summary["final_status"]["SUCCESS"], 1,
-        "runs after upgrade: {summary}"
+        summary["final_status"]["SUCCESS"],
+        1,
+        "runs after upgrade: {}",
+        e2e::nifi::what_went_wrong(&summary)
     );
 
     // 8. helm uninstall leaves no LoadJob stuck on its finalizer.

@@ -32,3 +32,27 @@ pub const CHAOS_FAULTS: &[&str] = &[
     "--late-report",
     "1.0",
 ];
+
+/// The parts of a simulation's summary that explain a failure, a few short lines each: the whole
+/// summary is one line of hundreds of run ids, which CI's excerpt of a failed run cuts away.
+pub fn what_went_wrong(summary: &serde_json::Value) -> String {
+    let mut lines = vec![format!("final status: {}", summary["final_status"])];
+    for (name, value) in [
+        ("anomalies", &summary["anomalies"]),
+        ("unfinished", &summary["unfinished"]),
+        ("gave up", &summary["gave_up"]),
+        ("PG-05 rejected", &summary["receiver"]["rejected"]),
+    ] {
+        let items = value.as_array().map(Vec::as_slice).unwrap_or_default();
+        lines.push(format!("{name}: {}", items.len()));
+        for item in items.iter().take(5) {
+            let text = item
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or(item.to_string());
+            lines.push(format!("  {}", text.chars().take(300).collect::<String>()));
+        }
+    }
+    lines.push(format!("failed attempts: {}", summary["failed_attempts"]));
+    lines.join("\n")
+}
