@@ -90,6 +90,7 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let summary = sim_summary(sim).await;
+    let why = e2e::nifi::what_went_wrong(&summary);
 
     let report = checked(&sys.db_url, "CHAOS_JOB").await;
     let line = json!({
@@ -110,20 +111,17 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
     assert_eq!(
         summary["anomalies"],
         json!([]),
-        "contract broken under faults: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "contract broken under faults: {why}"
     );
     assert_eq!(
         summary["receiver"]["rejected"],
         json!([]),
-        "PG-05 refused a dispatch: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "PG-05 refused a dispatch: {why}"
     );
     assert_eq!(
         summary["unfinished"],
         json!([]),
-        "runs that never ended: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "runs that never ended: {why}"
     );
     assert_eq!(
         report.runs as usize, runs,
@@ -162,24 +160,10 @@ async fn a_slow_and_refusing_pg05_still_gets_every_dispatch() {
         ],
     );
     let summary = sim_summary(sim).await;
-    assert_eq!(
-        summary["final_status"]["SUCCESS"],
-        4,
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
-    assert_eq!(
-        summary["receiver"]["refused_on_purpose"],
-        3,
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
-    assert_eq!(
-        summary["receiver"]["rejected"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    let why = e2e::nifi::what_went_wrong(&summary);
+    assert_eq!(summary["final_status"]["SUCCESS"], 4, "{why}");
+    assert_eq!(summary["receiver"]["refused_on_purpose"], 3, "{why}");
+    assert_eq!(summary["receiver"]["rejected"], json!([]), "{why}");
     let report = checked(&sys.db_url, "PG05_JOB").await;
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     // The refusals were retried, not dropped: each VALIDATE_RUN was sent more than once in total.

@@ -65,6 +65,7 @@ async fn loads_survive_pod_deletions_on_the_node() {
         r.k(&["delete", "pod", other, "--wait=false"]);
     }
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
     let report = check(
         &mut conn,
@@ -82,24 +83,9 @@ async fn loads_survive_pod_deletions_on_the_node() {
     println!("{line}");
     eprintln!("node chaos: {line}");
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
-    assert_eq!(
-        summary["anomalies"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
-    assert_eq!(
-        summary["unfinished"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
-    assert_eq!(
-        summary["receiver"]["rejected"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    assert_eq!(summary["anomalies"], json!([]), "{why}");
+    assert_eq!(summary["unfinished"], json!([]), "{why}");
+    assert_eq!(summary["receiver"]["rejected"], json!([]), "{why}");
     assert_eq!(report.runs as usize, runs);
     r.k(&["delete", "loadjob", "chaos", "--wait=false"]);
     r.remove().await;

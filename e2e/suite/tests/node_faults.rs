@@ -416,11 +416,11 @@ async fn nifi_sees_no_error_while_the_api_server_is_away() {
     let releading = back.elapsed();
     renewed.unwrap();
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "NiFi saw errors: {why}"
     );
     let figures = json!({"bench": "node_fault_apiserver_away", "leading_again_seconds": releading.as_secs_f64()});
     conclude(r, "NODE_APIAWAY", 12, &summary, figures).await;
@@ -493,11 +493,11 @@ async fn a_leader_cut_off_from_the_api_server_hands_over_and_nifi_sees_nothing()
         "handover took {handover:?}"
     );
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "NiFi saw errors: {why}"
     );
     assert_eq!(r.lease_holder_pod().as_deref(), Some(next.as_str()));
     let figures = json!({"bench": "node_fault_leader_partitioned", "handover_seconds": handover.as_secs_f64()});
@@ -551,11 +551,11 @@ async fn the_ledgers_postgresql_restarts_under_load() {
     assert!(restarted.success(), "pg_ctl restart");
     let restart_seconds = t0.elapsed().as_secs_f64();
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     let errors = summary["failed_attempts"].as_object().unwrap();
     assert!(
         errors.keys().all(|k| k == "503" || k == "transport"),
-        "only the contract's 503 (or no answer) while the database was away: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "only the contract's 503 (or no answer) while the database was away: {why}"
     );
     assert_no_container_restarted(&r);
     let figures =
@@ -635,11 +635,11 @@ async fn the_operators_rbac_removed_and_restored_under_load() {
     .unwrap();
     let leading_again = restored_at.elapsed();
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw errors: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "NiFi saw errors: {why}"
     );
     assert_no_container_restarted(&r);
     let figures = json!({"bench": "node_fault_rbac_removed",
@@ -700,6 +700,7 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
         kills
     });
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     let (requests, availability) = availability(&summary);
     let mut restarts = vec![];
     for pod in r.server_pods() {
@@ -717,11 +718,7 @@ async fn operators_killed_again_and_again_never_take_nifis_api_down() {
             other => panic!("unexpected container {other}"),
         }
     }
-    assert!(
-        availability >= 0.99,
-        "availability {availability}: {}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    assert!(availability >= 0.99, "availability {availability}: {why}");
     assert_eq!(outage.0, Duration::ZERO, "a moment without a ready pod");
     let figures = json!({"bench": "node_fault_operator_sigkills", "kills": kills,
         "rounds": ROUNDS, "nifi_requests": requests, "availability": availability,
@@ -848,6 +845,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
         assert_load_still_running(&mut sim, phase);
         let schema = schema_version(&r).await;
         let summary = Release::summary(sim);
+        let why = e2e::nifi::what_went_wrong(&summary);
         assert_all_succeeded(&summary, RUNS);
         let (requests, availability) = availability(&summary);
         phases.push(
@@ -862,8 +860,7 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
         let floor = if phase == "upgrade" { 0.99 } else { 0.999 };
         assert!(
             availability >= floor,
-            "{phase}: availability {availability}: {}",
-            e2e::nifi::what_went_wrong(&summary)
+            "{phase}: availability {availability}: {why}"
         );
         assert_eq!(
             outage.0,
@@ -1064,13 +1061,10 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
     );
     assert_load_still_running(&mut sim, "the drain");
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     let (requests, availability) = availability(&summary);
     assert_eq!(outage.0, Duration::ZERO, "a moment without a ready pod");
-    assert!(
-        availability >= 0.999,
-        "availability {availability}: {}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    assert!(availability >= 0.999, "availability {availability}: {why}");
     let figures = json!({"bench": "node_drain", "rounds": rounds, "nifi_requests": requests,
         "availability": availability,
         "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()});
@@ -1615,31 +1609,25 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
 
     std::fs::write(&stop_file, "").unwrap();
     let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
     let runs = summary["runs"].as_u64().unwrap() as usize;
     let (requests, availability) = availability(&summary);
     assert_eq!(
         summary["failed_attempts"],
         json!({}),
-        "NiFi saw failed calls: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "NiFi saw failed calls: {why}"
     );
     let by_key = &summary["receiver"]["accepted_by_key"];
     assert!(by_key["k2026a"].as_u64().unwrap_or(0) > 0, "{by_key}");
     assert!(by_key["k2026b"].as_u64().unwrap_or(0) > 0, "{by_key}");
-    assert_eq!(
-        summary["receiver"]["signature_refused"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    assert_eq!(summary["receiver"]["signature_refused"], json!([]), "{why}");
     let certs = &summary["receiver"]["client_certificates"];
     assert!(certs[&first_client_id].as_u64().unwrap_or(0) > 0, "{certs}");
     assert!(certs[&next_client_id].as_u64().unwrap_or(0) > 0, "{certs}");
     assert_eq!(
         summary["receiver"]["handshakes_refused"],
         json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
+        "{why}"
     );
     let _ = std::fs::remove_dir_all(&dir);
     let figures = json!({"bench": "node_rotation", "phases": phases, "runs": runs,

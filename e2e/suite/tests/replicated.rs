@@ -316,12 +316,8 @@ async fn failover_then_rejoin_then_switchover_back() {
     let moved = Instant::now();
     let rejoin = case.pair.rejoin_old_primary().await.unwrap();
     let summary = sim_summary(sim).await;
-    assert_eq!(
-        summary["unfinished"],
-        json!([]),
-        "failover: {}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    let why = e2e::nifi::what_went_wrong(&summary);
+    assert_eq!(summary["unfinished"], json!([]), "failover: {why}");
     let failover = probe.report_when_recovered(fault, moved).await;
 
     let sim = case.load(8);

@@ -117,30 +117,15 @@ async fn user_story_on_a_real_node() {
             "1",
         ],
     );
-    assert_eq!(
-        summary["anomalies"],
-        json!([]),
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    let why = e2e::nifi::what_went_wrong(&summary);
+    assert_eq!(summary["anomalies"], json!([]), "{why}");
     assert_eq!(
         summary["receiver"]["rejected"],
         json!([]),
-        "PG-05 refused a dispatch: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        "PG-05 refused a dispatch: {why}"
     );
-    assert_eq!(
-        summary["final_status"]["SUCCESS"],
-        2,
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
-    assert_eq!(
-        summary["final_status"]["PUBLISH_UNKNOWN"],
-        1,
-        "{}",
-        e2e::nifi::what_went_wrong(&summary)
-    );
+    assert_eq!(summary["final_status"]["SUCCESS"], 2, "{why}");
+    assert_eq!(summary["final_status"]["PUBLISH_UNKNOWN"], 1, "{why}");
 
     // 4. kubectl get loadruns shows SUCCESS with the right partition and row counts.
     let mut unknown = None;
@@ -292,11 +277,10 @@ async fn user_story_on_a_real_node() {
         "STORY_JOB",
         &["--runs", "2", "--partitions", "3", "--chunks", "2"],
     );
+    let why = e2e::nifi::what_went_wrong(&summary);
     assert_eq!(
-        summary["final_status"]["SUCCESS"],
-        2,
-        "runs after failover: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        summary["final_status"]["SUCCESS"], 2,
+        "runs after failover: {why}"
     );
     let now = ledger_epoch(&s.ledger_url).await;
     assert_eq!(
@@ -337,11 +321,10 @@ async fn user_story_on_a_real_node() {
         "STORY_JOB",
         &["--runs", "1", "--partitions", "2", "--chunks", "2"],
     );
+    let why = e2e::nifi::what_went_wrong(&summary);
     assert_eq!(
-        summary["final_status"]["SUCCESS"],
-        1,
-        "runs after upgrade: {}",
-        e2e::nifi::what_went_wrong(&summary)
+        summary["final_status"]["SUCCESS"], 1,
+        "runs after upgrade: {why}"
     );
 
     // 8. helm uninstall leaves no LoadJob stuck on its finalizer.
