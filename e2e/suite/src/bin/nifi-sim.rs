@@ -29,7 +29,8 @@ struct Cli {
     )]
     token: Option<String>,
     /// A file holding the bearer token, read again before every call (a token rotated under a
-    /// running flow). Instead of --token.
+    /// running flow). Instead of --token. Replace it by a rename: a call that reads a file being
+    /// rewritten in place can send an empty token.
     #[arg(long, conflicts_with = "token")]
     token_file: Option<std::path::PathBuf>,
     /// PEM file of the only CA trusted for an https --api (NiFi's truststore).
