@@ -172,10 +172,9 @@ impl From<LedgerError> for ApiError {
             L::ChunkIndexOutOfRange => {
                 ApiError::new(S::UNPROCESSABLE_ENTITY, "CHUNK_INDEX_OUT_OF_RANGE")
             }
+            // §3.7: the message is the code (docs/api.md says what the flow did wrong).
             L::HdfsPathOutsideRun => {
-                ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN").with_message(
-                    "hdfsPath must name a file below the run's hdfsRunPath, with no empty, '.' or '..' segment",
-                )
+                ApiError::new(S::UNPROCESSABLE_ENTITY, "HDFS_PATH_OUTSIDE_RUN")
             }
             L::UniqueViolation { constraint } => ApiError::new(S::CONFLICT, "UNIQUE_VIOLATION")
                 .with_message("unique constraint violated")

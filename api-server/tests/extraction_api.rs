@@ -586,6 +586,10 @@ async fn chunk_refusals_write_nothing() {
         (r.status.as_u16(), r.body["code"].as_str().unwrap()),
         (422, "HDFS_PATH_OUTSIDE_RUN")
     );
+    assert_eq!(
+        r.body["message"], "HDFS_PATH_OUTSIDE_RUN",
+        "§3.7: the message is the code"
+    );
     let mut sibling = chunk_body(run, "0000", t, 0, 1, 10);
     sibling["hdfsPath"] = json!(format!("/data/stage/JOB/run_id={run}x/part.parquet"));
     assert_eq!(
@@ -633,6 +637,93 @@ async fn chunk_refusals_write_nothing() {
         .await,
         1
     );
+}
+
+/// §5.3: `byte_count` is Σ of the chunks' `byteCount`, NULL when no chunk carried one (the field
+/// is optional, §4.7), in the partition row and in PARTITION_SUCCESS's details; a partition where
+/// some chunks carried bytes sums those.
+#[tokio::test]
+async fn a_partition_without_byte_counts_stores_none() {
+    let api = Api::start().await;
+    let run = api.extracting_run("JOB", "K", &[5, 6]).await;
+    let (t0, t1) = (Uuid::new_v4(), Uuid::new_v4());
+    api.claim(run, "0000", t0).await;
+    api.claim(run, "0001", t1).await;
+    let mut none = chunk_body(run, "0000", t0, 0, 1, 5);
+    none.as_object_mut().unwrap().remove("byteCount");
+    let r = api
+        .post(&format!("/v1/runs/{run}/partitions/0000/chunks"), none)
+        .await;
+    assert_eq!(r.body["partitionStatus"], "SUCCESS", "{:?}", r.body);
+    let mut null = chunk_body(run, "0001", t1, 0, 2, 3);
+    null["byteCount"] = json!(null);
+    api.post(&format!("/v1/runs/{run}/partitions/0001/chunks"), null)
+        .await;
+    let r = api.chunk(run, "0001", t1, 1, 2, 3).await;
+    assert_eq!(r.body["partitionStatus"], "SUCCESS", "{:?}", r.body);
+    let rows: Vec<(String, Option<i64>, serde_json::Value)> = sqlx::query_as(
+        "SELECT p.partition_id, p.byte_count, e.details FROM nifi_ops.load_partition p \
+           JOIN nifi_ops.load_event e ON e.run_id = p.run_id AND e.partition_id = p.partition_id \
+          WHERE p.run_id = $1 AND e.event_name = 'PARTITION_SUCCESS' ORDER BY 1",
+    )
+    .bind(run)
+    .fetch_all(&mut api.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(
+        rows,
+        vec![
+            ("0000".into(), None, json!({"files": 1, "bytes": null})),
+            ("0001".into(), Some(100), json!({"files": 2, "bytes": 100})),
+        ]
+    );
+}
+
+/// §4.7 checks the path (step 5: another chunk row records it → 409 UNIQUE_VIOLATION) before the
+/// succeeded-and-changed rule (step 6: CHUNK_CONFLICT), as §11 #5 says; before and after the
+/// partition's success alike. Nothing is written either way.
+#[tokio::test]
+async fn a_used_path_is_a_unique_violation_after_success_too() {
+    let api = Api::start().await;
+    let run = api.extracting_run("JOB", "K", &[4, 4]).await;
+    let (t0, t1) = (Uuid::new_v4(), Uuid::new_v4());
+    api.claim(run, "0000", t0).await;
+    api.claim(run, "0001", t1).await;
+    assert_eq!(api.chunk(run, "0001", t1, 0, 2, 2).await.status, 200);
+    let r = api.chunk(run, "0000", t0, 0, 1, 4).await;
+    assert_eq!(r.body["partitionStatus"], "SUCCESS", "{:?}", r.body);
+    let files = async || -> Vec<(String, i32, String, i64)> {
+        sqlx::query_as(
+            "SELECT partition_id, chunk_index, hdfs_path, record_count FROM nifi_ops.load_file \
+              WHERE run_id = $1 ORDER BY 1, 2",
+        )
+        .bind(run)
+        .fetch_all(&mut api.conn().await)
+        .await
+        .unwrap()
+    };
+    let before = files().await;
+    // The succeeded partition's chunk re-reported with the other partition's recorded path.
+    let mut taken = chunk_body(run, "0000", t0, 0, 1, 4);
+    taken["hdfsPath"] = chunk_body(run, "0001", t1, 0, 2, 2)["hdfsPath"].clone();
+    let dup = api
+        .post(&format!("/v1/runs/{run}/partitions/0000/chunks"), taken)
+        .await;
+    assert_eq!(
+        (dup.status.as_u16(), dup.body["code"].as_str().unwrap()),
+        (409, "UNIQUE_VIOLATION"),
+        "{:?}",
+        dup.body
+    );
+    assert_eq!(dup.body["message"], "unique constraint violated");
+    assert_eq!(
+        dup.body["details"],
+        json!({"constraint": "uq_load_file_path"})
+    );
+    // A changed chunk with a path of its own is still the conflict.
+    let conflict = api.chunk(run, "0000", t0, 0, 1, 3).await;
+    assert_eq!(conflict.body["code"], "CHUNK_CONFLICT");
+    assert_eq!(files().await, before, "nothing written");
 }
 
 #[tokio::test]

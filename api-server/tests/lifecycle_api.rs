@@ -72,7 +72,7 @@ async fn the_whole_happy_path_over_http() {
     let published = api
         .post(
             &format!("/v1/runs/{run}/publish/result"),
-            json!({"publishToken": token, "outcome": "PUBLISHED"}),
+            json!({"publishToken": token, "outcome": "PUBLISHED", "message": "INSERT OVERWRITE done"}),
         )
         .await;
     assert_eq!(
@@ -165,6 +165,10 @@ async fn the_whole_happy_path_over_http() {
     assert_eq!(
         events.body["events"][0]["details"]["publishToken"],
         token.to_string()
+    );
+    assert_eq!(
+        events.body["events"][1]["message"], "INSERT OVERWRITE done",
+        "§8: PUBLISH_FINISHED keeps the request's message"
     );
 }
 

@@ -36,7 +36,7 @@ pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
 pub use ops::publish::{PublishClaim, StatusChange};
 pub use ops::read::{RunDetail, RunFilter, RunSummary};
 pub use ops::run_fail::{RunFailOutcome, RunFailure};
-pub use ops::sweeper::SweepReport;
+pub use ops::sweeper::{RUNS_HELD_PER_TRANSACTION, SweepReport};
 pub use ops::validation::{
     MetricItem, MetricStage, MetricView, MetricsRecorded, StageVerdict, StartOutcome,
     SuccessVerdict,

@@ -263,3 +263,28 @@ async fn the_gate_judges_any_aggregate_without_an_error() {
     ));
     assert_eq!(judged(&mut conn, &cases).await.len(), cases.len());
 }
+
+/// No function of the schema claims IMMUTABLE: PostgreSQL may evaluate an IMMUTABLE call once at
+/// plan time and reuse the result, so the claim must hold for every input, and each of ours reads
+/// tables or calls a STABLE function (the gate calls `format()`, which depends on settings).
+/// Seen failing with the gate's original `IMMUTABLE` (migration 20261204000015 alone).
+#[tokio::test]
+async fn no_function_claims_to_be_immutable() {
+    let db = TestDb::fresh().await;
+    let immutable: Vec<String> = sqlx::query_scalar(
+        "SELECT p.proname::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+          WHERE n.nspname = 'nifi_ops' AND p.provolatile = 'i' ORDER BY 1",
+    )
+    .fetch_all(&mut db.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(immutable, Vec::<String>::new());
+    let gate: String = sqlx::query_scalar(
+        "SELECT p.provolatile::text FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace \
+          WHERE n.nspname = 'nifi_ops' AND p.proname = 'chunk_gate'",
+    )
+    .fetch_one(&mut db.conn().await)
+    .await
+    .unwrap();
+    assert_eq!(gate, "s", "chunk_gate is STABLE");
+}

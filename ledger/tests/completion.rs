@@ -857,3 +857,78 @@ async fn mixed_release_last_successes_complete_every_run_exactly_once() {
         "the orderings occurred"
     );
 }
+
+/// Release 0.1.0's transitions out of EXTRACTING (its cancel here, statement by statement as
+/// d7bbc1b sends them: the run's exclusive advisory lock and row lock, the CAS without a recount,
+/// the ABORTED partitions) beside this release's successes, which do not write the count: the
+/// stored `success_partition_count` is exact once the run has left EXTRACTING (§5.4, §11 #16),
+/// by the recount trigger. Seen failing with the trigger's `OLD.status = 'EXTRACTING'` arm removed
+/// (`scripts/sql-mutants`, leaving-extracting-counts-nothing): stored 0, SUCCESS rows 2.
+#[tokio::test]
+async fn a_release_0_1_0_cancel_stores_the_exact_count() {
+    use sqlx::Acquire;
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(4, LedgerConfig::default()).await;
+    let mut c = db.conn().await;
+    let (run, path, owners) =
+        run_waiting_for_last_chunks(&ledger, "old-cancel", &[0, 10, 10, 10]).await;
+    for (pid, token) in owners.iter().take(2) {
+        let out = ledger
+            .report_chunk(run, pid, &chunk_report(*token, &path, pid, 1, 2, 5))
+            .await
+            .unwrap();
+        assert_eq!(out.result, ChunkResult::PartitionSuccess);
+    }
+    let mut tx = c.begin().await.unwrap();
+    let (k1, k2) = old_run_lock_key(run);
+    // 0.1.0's EXCLUSIVE_RUN_LOCK, its transition's CAS and its aborting of partitions.
+    sqlx::query(
+        "SELECT run_id FROM nifi_ops.load_run, pg_advisory_xact_lock($2, $3) WHERE run_id = $1 FOR UPDATE OF load_run",
+    )
+    .bind(run)
+    .bind(k1)
+    .bind(k2)
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    let changed = sqlx::query(
+        "UPDATE nifi_ops.load_run SET status = $3, \
+            error_stage = CASE $4 WHEN 'keep' THEN error_stage WHEN 'clear' THEN NULL ELSE $5 END, \
+            error_code = CASE $4 WHEN 'keep' THEN error_code WHEN 'clear' THEN NULL ELSE $6 END, \
+            error_message = CASE $4 WHEN 'keep' THEN error_message WHEN 'clear' THEN NULL ELSE $7 END, \
+            completed_at = CASE WHEN $8 THEN clock_timestamp() ELSE completed_at END, \
+            heartbeat_at = clock_timestamp(), version_no = version_no + 1 \
+          WHERE run_id = $1 AND status = $2",
+    )
+    .bind(run)
+    .bind("EXTRACTING")
+    .bind("CANCELLED")
+    .bind("set")
+    .bind("CANCEL")
+    .bind("RUN_CANCELLED")
+    .bind("cancelled by 0.1.0")
+    .bind(true)
+    .execute(&mut *tx)
+    .await
+    .unwrap()
+    .rows_affected();
+    assert_eq!(changed, 1);
+    sqlx::query(
+        "UPDATE nifi_ops.load_partition SET status = 'ABORTED', completed_at = clock_timestamp(), \
+            heartbeat_at = clock_timestamp(), error_code = $2, error_message = 'run ended: ' || $2 \
+          WHERE run_id = $1 AND status IN ('PENDING', 'RUNNING', 'RETRY')",
+    )
+    .bind(run)
+    .bind("CANCELLED")
+    .execute(&mut *tx)
+    .await
+    .unwrap();
+    tx.commit().await.unwrap();
+    let (status, stored, success, unfinished, _, _) = ledger_state(&mut c, run).await;
+    assert_eq!(
+        (status.as_str(), stored, success, unfinished),
+        ("CANCELLED", 3, 3, 0),
+        "the zero-row partition and the two successes, stored"
+    );
+    assert_eq!(read_counts(&ledger, run, "old-cancel").await, (3, 3));
+}

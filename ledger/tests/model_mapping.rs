@@ -123,7 +123,7 @@ const GUARDS: &[Guard] = &[
                  AND claim_token = p_claim_token; won := FOUND; IF NOT won THEN RETURN; END IF;",
             ),
             Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+                "20261205000017_contract_values.sql",
                 "IF NOT v_won THEN RAISE EXCEPTION 'partition % of run % changed under its row lock', \
                  p_partition_id, p_run_id; END IF;",
             ),
@@ -157,11 +157,11 @@ const GUARDS: &[Guard] = &[
                  SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before) INTO pinned;",
             ),
             Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+                "20261205000017_contract_values.sql",
                 "SELECT s.won, s.pinned INTO v_won, v_pinned FROM nifi_ops.partition_success(",
             ),
             Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+                "20261205000017_contract_values.sql",
                 "IF v_pinned THEN RETURN; END IF;",
             ),
             Code::Migration(
@@ -200,13 +200,13 @@ const GUARDS: &[Guard] = &[
         property: "completion-at-least-once",
         code: &[
             Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+                "20261205000017_contract_values.sql",
                 "PERFORM 1 FROM nifi_ops.load_run r \
                  WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING' FOR NO KEY UPDATE; \
                  IF NOT FOUND THEN",
             ),
             Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+                "20261205000017_contract_values.sql",
                 "IF nifi_ops.complete_extraction(p_run_id, p_dispatch_id, p_extracted_event_id) THEN",
             ),
         ],
@@ -218,11 +218,12 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_TRIGGER",
         property: "completion-at-least-once",
         code: &[Code::Migration(
-            "20261203000010_success_count_recount.sql",
-            "BEFORE UPDATE OF success_partition_count ON nifi_ops.load_run \
+            "20261205000017_contract_values.sql",
+            "BEFORE UPDATE OF success_partition_count, status ON nifi_ops.load_run \
              FOR EACH ROW \
-             WHEN (NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count \
-                   AND NEW.status = 'EXTRACTING') \
+             WHEN ((NEW.success_partition_count IS DISTINCT FROM OLD.success_partition_count \
+                    AND NEW.status = 'EXTRACTING') \
+                   OR (OLD.status = 'EXTRACTING' AND NEW.status IS DISTINCT FROM 'EXTRACTING')) \
              EXECUTE FUNCTION nifi_ops.load_run_success_recount();",
         )],
     },
@@ -337,7 +338,10 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_SWEEP_FENCE",
         property: "19",
-        code: &[Code::Stmt("sweep", "check_fence(conn, fence).await?;")],
+        code: &[Code::Stmt(
+            "sweep_transaction",
+            "check_fence(conn, fence).await?;",
+        )],
     },
 ];
 

@@ -749,6 +749,97 @@ async fn the_archive_holds_every_deleted_row() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// CONTRACT §9.2: a file outside the database never holds a token. The run's publish token, its
+/// partitions' claim tokens and the tokens in event details (`PUBLISH_STARTED`'s, and one a NiFi
+/// flow wrote into a row of its own) are archived as `***`; the rest of each row as it was.
+#[tokio::test]
+async fn the_archive_holds_no_token() {
+    let dir = scratch_dir("archive-tokens");
+    let d = dir.clone();
+    let env = Env::start(move |c| {
+        c.cleanup.history_archive = lcconfig::config::HistoryArchiveConfig::Dir(d);
+    })
+    .await;
+    let run = due(&env, "TOKENS").await;
+    let publish_token = Uuid::new_v4();
+    env.exec(
+        &format!(
+            "UPDATE nifi_ops.load_run SET publish_token = '{publish_token}' WHERE run_id = $1"
+        ),
+        run,
+    )
+    .await;
+    env.exec(
+        &format!(
+            "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, process_group, details) \
+             VALUES (gen_random_uuid(), 'INFO', 'PUBLISH_STARTED', $1, 'LOAD_CONTROL_API', \
+                     '{{\"publishToken\": \"{publish_token}\", \"kept\": 1}}'), \
+                    (gen_random_uuid(), 'WARN', 'EXTRACT_RETRY', $1, 'PG-20', \
+                     '{{\"claimToken\": \"{publish_token}\"}}')"
+        ),
+        run,
+    )
+    .await;
+    let (claim_tokens,): (Vec<Uuid>,) = sqlx::query_as(
+        "SELECT array_agg(claim_token) FROM nifi_ops.load_partition WHERE run_id = $1 AND claim_token IS NOT NULL",
+    )
+    .bind(run)
+    .fetch_one(&mut env.conn().await)
+    .await
+    .unwrap();
+    assert!(
+        !claim_tokens.is_empty(),
+        "the run's partitions were claimed"
+    );
+    let report = sweep(&env).await;
+    assert_eq!(
+        report.actions.get("history_deleted"),
+        Some(&1),
+        "{report:?}"
+    );
+    let mut text = String::new();
+    for file in std::fs::read_dir(&dir).unwrap() {
+        text.push_str(&std::fs::read_to_string(file.unwrap().path()).unwrap());
+    }
+    for token in claim_tokens.iter().chain([&publish_token]) {
+        assert!(
+            !text.contains(&token.to_string()),
+            "{token} archived in clear: {text}"
+        );
+    }
+    let line: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(line["run"]["publish_token"], "***");
+    assert_eq!(
+        line["run"]["run_id"],
+        run.to_string(),
+        "the rest of the row as it was"
+    );
+    assert!(
+        line["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["claim_token"] == "***"),
+        "{}",
+        line["partitions"]
+    );
+    let events = line["events"].as_array().unwrap();
+    let started = events
+        .iter()
+        .find(|e| e["event_name"] == "PUBLISH_STARTED")
+        .unwrap();
+    assert_eq!(
+        started["details"],
+        serde_json::json!({"publishToken": "***", "kept": 1})
+    );
+    let nifi = events
+        .iter()
+        .find(|e| e["event_name"] == "EXTRACT_RETRY")
+        .unwrap();
+    assert_eq!(nifi["details"], serde_json::json!({"claimToken": "***"}));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// A run whose delete fails (here a trigger; in life a missing DELETE grant or a foreign key) is
 /// neither deleted nor archived, and the pass goes on with the next run.
 #[tokio::test]

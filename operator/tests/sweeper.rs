@@ -1256,3 +1256,159 @@ async fn requeued_dispatches_wake_the_dispatcher() {
         vec![("load_dispatch".to_string(), "sweeper".to_string())]
     );
 }
+
+/// Rule 2 judges a candidate by its own job's `run_timeout` before it locks anything: a run past
+/// the shortest limit of any job but within its own is never held by a tick, so its chunk reports
+/// do not wait for the tick. Here the tick is held (for up to its 5 s lock wait) by a due run the
+/// test locks; meanwhile a progress report of the older, not-due run must go through. Seen
+/// failing before the change (the tick locked the not-due run first and kept it, `RELEASE
+/// SAVEPOINT`) and with the judgement moved back after the lock (the tick waits for the not-due
+/// run's in-flight report, holding its advisory lock, and the next report queues behind it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_tick_never_holds_a_run_that_is_not_due() {
+    use sqlx::Connection;
+    let env = Env::start(|_| {}).await;
+    let (patient, tokens) = env.extracting("PATIENT", &[10]).await;
+    let (due, _) = env.extracting("DUE", &[3]).await;
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"recovery": {"run_timeout": "12h"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    // The patient run is the older: the rule comes to it first.
+    for (run, age) in [(patient, "8 hours"), (due, "7 hours")] {
+        env.exec(
+            &format!("UPDATE nifi_ops.load_run SET started_at = now() - interval '{age}' WHERE run_id = $1"),
+            run,
+        )
+        .await;
+    }
+    let mut holder = env.conn().await;
+    let mut tx = holder.begin().await.unwrap();
+    // The patient run held as an in-flight report holds it (its row FOR KEY SHARE): a tick that
+    // took the run would wait for it, and hold its advisory lock meanwhile, which the next
+    // report needs. The due run held as a cancel would hold it: the tick waits there.
+    for (run, mode) in [(patient, "FOR KEY SHARE"), (due, "FOR UPDATE")] {
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "SELECT 1 FROM nifi_ops.load_run WHERE run_id = $1 {mode}"
+        )))
+        .bind(run)
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    }
+    let tick = {
+        let ledger = env.ledger.clone();
+        tokio::spawn(async move { ledger.sweep(&fence).await })
+    };
+    // Until the tick waits for the due run's row.
+    let waiting = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() \
+                   AND wait_event_type = 'Lock' AND query LIKE '%FOR UPDATE%' AND pid <> pg_backend_pid()";
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let (n,): (i64,) = sqlx::query_as(waiting)
+            .fetch_one(&mut env.conn().await)
+            .await
+            .unwrap();
+        if n > 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && !tick.is_finished(),
+            "the tick never waited for the due run"
+        );
+        tokio::task::yield_now().await;
+    }
+    let report = ledger::ChunkReport {
+        claim_token: tokens[0],
+        chunk_index: 0,
+        chunk_count: 2,
+        fragment_identifier: None,
+        hdfs_path: format!("/data/JOB/run_id={patient}/p=0000/part-0.parquet"),
+        record_count: 5,
+        byte_count: None,
+    };
+    let reported = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        env.ledger.report_chunk(patient, "0000", &report),
+    )
+    .await
+    .expect("the not-due run's report waited for the tick")
+    .unwrap();
+    assert_eq!(reported.result, ledger::ChunkResult::Progress);
+    assert!(!tick.is_finished(), "the tick was still held meanwhile");
+    tx.rollback().await.unwrap();
+    let swept = tick.await.unwrap().unwrap().expect("tick lock free");
+    assert_eq!(
+        swept.actions.get("timeout_run_deadline"),
+        Some(&1),
+        "{swept:?}"
+    );
+    let sql = "SELECT status FROM nifi_ops.load_run WHERE run_id = $1";
+    assert_eq!(
+        (env.text(sql, patient).await, env.text(sql, due).await),
+        (Some("EXTRACTING".into()), Some("TIMED_OUT".into()))
+    );
+}
+
+/// A tick with more runs to act on than one transaction may hold
+/// (`ledger::RUNS_HELD_PER_TRANSACTION`, below PostgreSQL's 64 cached subtransactions per
+/// backend) goes on in further transactions of the same tick: 200 runs past their deadline are
+/// all timed out by one `sweep`, in 5 transactions of at most 48 held runs each.
+#[tokio::test]
+async fn a_tick_holds_a_bounded_number_of_runs_per_transaction() {
+    let env = Env::start(|_| {}).await;
+    let mut runs = vec![];
+    for i in 0..200 {
+        let run = env
+            .ledger
+            .create_run(&testkit::new_run(&format!("STUCK-{i}")))
+            .await
+            .unwrap()
+            .run_id;
+        runs.push(run);
+    }
+    let mut c = env.conn().await;
+    sqlx::query("UPDATE nifi_ops.load_run SET started_at = now() - interval '7 hours' WHERE run_id = ANY($1)")
+        .bind(&runs)
+        .execute(&mut c)
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let report = sweep(&env).await;
+    let took = started.elapsed();
+    assert_eq!(
+        report.actions.get("timeout_run_deadline"),
+        Some(&200),
+        "{report:?}"
+    );
+    assert_eq!(
+        (report.transactions, report.most_held),
+        (5, ledger::RUNS_HELD_PER_TRANSACTION),
+        "{report:?}"
+    );
+    let (left,): (i64,) = sqlx::query_as(
+        "SELECT count(*) FROM nifi_ops.load_run WHERE run_id = ANY($1) AND status <> 'TIMED_OUT'",
+    )
+    .bind(&runs)
+    .fetch_one(&mut c)
+    .await
+    .unwrap();
+    assert_eq!(left, 0);
+    eprintln!(
+        "200 stuck runs: {} transactions, at most {} runs held in one, {took:?}",
+        report.transactions, report.most_held
+    );
+}

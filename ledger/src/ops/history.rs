@@ -61,13 +61,29 @@ const STILL_DUE: &str = concat!(
     ")"
 );
 
+/// An event row as the archive writes it: its columns, with a token in its details (the publish
+/// token of `PUBLISH_STARTED`, a claim token a NiFi flow put in its own rows) replaced by `***`
+/// as in the logs (CONTRACT §9.2: files outside the database never hold a token).
+macro_rules! archived_event {
+    () => {
+        "(to_jsonb(e) || jsonb_build_object('details', e.details \
+           || CASE WHEN e.details ? 'publishToken' THEN '{\"publishToken\": \"***\"}'::jsonb ELSE '{}'::jsonb END \
+           || CASE WHEN e.details ? 'claimToken' THEN '{\"claimToken\": \"***\"}'::jsonb ELSE '{}'::jsonb END))"
+    };
+}
+
 /// The archive line of a run: every column of the run and of every row that belongs to it, as
-/// PostgreSQL writes them (`to_jsonb`: numeric(38,0) keeps all its digits), with the UTC day of
+/// PostgreSQL writes them (`to_jsonb`: numeric(38,0) keeps all its digits), tokens masked (the
+/// run's publish token, the partitions' claim tokens, [`archived_event`]), with the UTC day of
 /// its end time (the file it goes to).
-const ARCHIVE_RUN: &str = "SELECT to_char(COALESCE(r.completed_at, r.heartbeat_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), \
+const ARCHIVE_RUN: &str = concat!(
+    "SELECT to_char(COALESCE(r.completed_at, r.heartbeat_at) AT TIME ZONE 'UTC', 'YYYY-MM-DD'), \
     jsonb_build_object( \
-      'run', to_jsonb(r), \
-      'partitions', COALESCE((SELECT jsonb_agg(to_jsonb(p) ORDER BY p.partition_id) \
+      'run', to_jsonb(r) || CASE WHEN r.publish_token IS NULL THEN '{}'::jsonb \
+                                 ELSE '{\"publish_token\": \"***\"}'::jsonb END, \
+      'partitions', COALESCE((SELECT jsonb_agg(to_jsonb(p) || CASE WHEN p.claim_token IS NULL THEN '{}'::jsonb \
+                                                                ELSE '{\"claim_token\": \"***\"}'::jsonb END \
+                                               ORDER BY p.partition_id) \
                                 FROM nifi_ops.load_partition p WHERE p.run_id = r.run_id), '[]'::jsonb), \
       'files', COALESCE((SELECT jsonb_agg(to_jsonb(f) ORDER BY f.partition_id, f.chunk_index) \
                            FROM nifi_ops.load_file f WHERE f.run_id = r.run_id), '[]'::jsonb), \
@@ -75,9 +91,12 @@ const ARCHIVE_RUN: &str = "SELECT to_char(COALESCE(r.completed_at, r.heartbeat_a
                                  FROM nifi_ops.load_validation v WHERE v.run_id = r.run_id), '[]'::jsonb), \
       'dispatches', COALESCE((SELECT jsonb_agg(to_jsonb(d) ORDER BY d.created_at, d.dispatch_id) \
                                 FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id), '[]'::jsonb), \
-      'events', COALESCE((SELECT jsonb_agg(to_jsonb(e) ORDER BY e.event_time, e.event_id) \
+      'events', COALESCE((SELECT jsonb_agg(",
+    archived_event!(),
+    " ORDER BY e.event_time, e.event_id) \
                             FROM nifi_ops.load_event e WHERE e.run_id = r.run_id), '[]'::jsonb))::text \
-    FROM nifi_ops.load_run r WHERE r.run_id = $1";
+    FROM nifi_ops.load_run r WHERE r.run_id = $1"
+);
 
 /// A run's rows, children first (foreign keys: files → partitions → run; validations and
 /// dispatches → run; events have no foreign key).
@@ -237,13 +256,15 @@ impl Ledger {
                 .rows_affected();
                 return Ok(Ok(n));
             };
-            let rows: Vec<(Uuid, String, String)> = sqlx::query_as(
+            let rows: Vec<(Uuid, String, String)> = sqlx::query_as(concat!(
                 "SELECT e.event_id, to_char(e.event_time AT TIME ZONE 'UTC', 'YYYY-MM-DD'), \
-                        jsonb_build_object('event', to_jsonb(e))::text \
+                        jsonb_build_object('event', ",
+                archived_event!(),
+                ")::text \
                    FROM nifi_ops.load_event e \
                   WHERE e.run_id IS NULL AND e.event_time < now() - make_interval(secs => $1) \
-                  ORDER BY e.event_time, e.event_id LIMIT $2 FOR UPDATE SKIP LOCKED",
-            )
+                  ORDER BY e.event_time, e.event_id LIMIT $2 FOR UPDATE SKIP LOCKED"
+            ))
             .bind(retention)
             .bind(EVENT_BATCH)
             .fetch_all(&mut *conn)

@@ -101,8 +101,10 @@ impl Ledger {
                     .bind(run_id)
                     .execute(&mut *conn)
                     .await?;
+                // §8: the request's message is kept (empty: none).
                 Event::new(Level::Info, "PUBLISH_FINISHED")
                     .run(&run)
+                    .message(message)
                     .insert(conn)
                     .await?;
             } else {

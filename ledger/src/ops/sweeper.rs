@@ -24,19 +24,58 @@ pub struct SweepReport {
     pub actions: BTreeMap<&'static str, u64>,
     pub dead_by_type: BTreeMap<String, u64>,
     pub rule_errors: Vec<(&'static str, String)>,
+    /// The tick's transactions: more than one when it held [`RUNS_HELD_PER_TRANSACTION`] runs
+    /// and went on in another.
+    pub transactions: u32,
+    /// The most runs one of them held to its commit (each a subtransaction with an xid).
+    pub most_held: usize,
 }
+
+/// Runs one tick transaction holds at most (each under a savepoint that took its locks and wrote,
+/// hence a subtransaction with an xid of its own). PostgreSQL caches 64 subtransaction ids per
+/// backend (`PGPROC_MAX_CACHED_SUBXIDS`); past that every snapshot taken anywhere in the database
+/// while the tick runs must look transactions up in `pg_subtrans`. With the rules' own savepoints
+/// (6) the tick stays below the cache; what is left goes on in the next transaction of the tick.
+pub const RUNS_HELD_PER_TRANSACTION: usize = 48;
+
+/// How many transactions one tick may take (a bound on a loop, not a limit anyone should meet:
+/// 48 × 100 runs acted on in one tick).
+const TRANSACTIONS_PER_TICK: u32 = 100;
 
 #[derive(Default)]
 struct Counts {
     actions: BTreeMap<&'static str, u64>,
     dead_by_type: BTreeMap<String, u64>,
+    /// Runs this rule holds to the end of the transaction (kept savepoints).
+    held: usize,
+    /// How many more it may hold in this transaction.
+    room: usize,
+    /// A candidate was left because the transaction was full.
+    deferred: bool,
 }
 
 impl Counts {
+    fn with_room(room: usize) -> Counts {
+        Counts {
+            room,
+            ..Counts::default()
+        }
+    }
+
     fn add(&mut self, rule: &'static str, n: u64) {
         if n > 0 {
             *self.actions.entry(rule).or_default() += n;
         }
+    }
+
+    /// False (and the rest deferred to the tick's next transaction) when this transaction holds
+    /// as many runs as it may.
+    fn may_hold_another(&mut self) -> bool {
+        if self.held >= self.room {
+            self.deferred = true;
+            return false;
+        }
+        true
     }
 }
 
@@ -72,8 +111,10 @@ pub const STALE_PARTITIONS_LOCK: &str = "SELECT partition_id, attempt_count FROM
                    AND (status || '') = 'RUNNING' AND heartbeat_at < clock_timestamp() - make_interval(secs => $2) \
                    ORDER BY partition_id FOR UPDATE";
 
-/// Rule 2's candidates, `$1` the shortest `recovery.run_timeout`: CREATED/EXTRACTING runs.
-pub const DEADLINE_RUNS: &str = "SELECT run_id, job_key FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
+/// Rule 2's candidates, `$1` the shortest `recovery.run_timeout`: CREATED/EXTRACTING runs, each
+/// with its age in seconds, judged against its own job's limit before anything is locked.
+pub const DEADLINE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - started_at)::float8 \
+               FROM nifi_ops.load_run WHERE status IN ('CREATED', 'EXTRACTING') \
                AND started_at < clock_timestamp() - make_interval(secs => $1) ORDER BY started_at, run_id";
 
 /// Rule 3's rows, `$1` the shortest `dispatch.ack_timeout`: SENT rows (from `ix_load_dispatch_due`).
@@ -150,7 +191,37 @@ fn secs(d: std::time::Duration) -> f64 {
 impl Ledger {
     /// One tick. `None` when another sweeper holds the tick lock (nothing done).
     pub async fn sweep(&self, fence: &Fence) -> Result<Option<SweepReport>> {
-        let report = transaction!(self, |conn| async {
+        let mut report = SweepReport::default();
+        loop {
+            let Some(round) = self.sweep_transaction(fence).await? else {
+                if report.transactions == 0 {
+                    return Ok(None);
+                }
+                // Another sweeper took the tick lock between two of this tick's transactions:
+                // what is left is its to do.
+                break;
+            };
+            report.transactions += 1;
+            for (k, v) in round.report.actions {
+                *report.actions.entry(k).or_default() += v;
+            }
+            for (k, v) in round.report.dead_by_type {
+                *report.dead_by_type.entry(k).or_default() += v;
+            }
+            report.rule_errors.extend(round.report.rule_errors);
+            report.most_held = report.most_held.max(round.report.most_held);
+            if !round.deferred || report.transactions >= TRANSACTIONS_PER_TICK {
+                break;
+            }
+        }
+        // Rule 7 (history retention) after the tick's transactions, in short ones of its own.
+        self.history_into(fence, &mut report).await?;
+        Ok(Some(report))
+    }
+
+    /// One transaction of a tick: rules 1–6, holding at most [`RUNS_HELD_PER_TRANSACTION`] runs.
+    async fn sweep_transaction(&self, fence: &Fence) -> Result<Option<SweepRound>> {
+        transaction!(self, |conn| async {
             check_fence(conn, fence).await?;
             let (got,): (bool,) = sqlx::query_as(
                 "SELECT pg_try_advisory_xact_lock(hashtext('load_control_sweeper'))",
@@ -162,11 +233,12 @@ impl Ledger {
             }
             let jobs = self.job_thresholds(conn).await?;
             let mut report = SweepReport::default();
+            let (mut held, mut deferred) = (0, false);
             for (i, rule) in RULES.iter().enumerate() {
                 sqlx::query(sqlx::AssertSqlSafe(format!("SAVEPOINT sweeper_rule_{i}")))
                     .execute(&mut *conn)
                     .await?;
-                let mut counts = Counts::default();
+                let mut counts = Counts::with_room(RUNS_HELD_PER_TRANSACTION - held);
                 let result = match i {
                     0 => self.rule_stale_partitions(conn, &jobs, &mut counts).await,
                     1 => self.rule_run_deadline(conn, &jobs, &mut counts).await,
@@ -182,6 +254,10 @@ impl Ledger {
                         )))
                         .execute(&mut *conn)
                         .await?;
+                        // A rolled-back rule's subtransactions are gone with it; a kept one's
+                        // stay until the commit.
+                        held += counts.held;
+                        deferred |= counts.deferred;
                         for (k, v) in counts.actions {
                             *report.actions.entry(k).or_default() += v;
                         }
@@ -201,14 +277,9 @@ impl Ledger {
                     }
                 }
             }
-            Ok(Some(report))
-        })?;
-        // Rule 7 (history retention) after the tick's transaction, in short ones of its own.
-        let Some(mut report) = report else {
-            return Ok(None);
-        };
-        self.history_into(fence, &mut report).await?;
-        Ok(Some(report))
+            report.most_held = held;
+            Ok(Some(SweepRound { report, deferred }))
+        })
     }
 
     /// Rule 1: stale RUNNING partitions of EXTRACTING runs → reissue (REISSUE mode) or time out.
@@ -235,6 +306,9 @@ impl Ledger {
                 .await?;
             if !due {
                 continue;
+            }
+            if !c.may_hold_another() {
+                break;
             }
             let Some(run) = self.try_lock_run(conn, run_id, "EXTRACTING").await? else {
                 continue;
@@ -320,6 +394,7 @@ impl Ledger {
                 c.add("timeout_stale_partition", 1);
             }
             self.keep_run(conn).await?;
+            c.held += 1;
         }
         Ok(())
     }
@@ -334,12 +409,21 @@ impl Ledger {
     ) -> Result<()> {
         let g = &self.config.thresholds;
         let min = jobs.min_of(g, |t| t.run_timeout);
-        let candidates: Vec<(Uuid, String)> = sqlx::query_as(DEADLINE_RUNS)
+        let candidates: Vec<(Uuid, String, f64)> = sqlx::query_as(DEADLINE_RUNS)
             .bind(secs(min))
             .fetch_all(&mut *conn)
             .await?;
-        for (run_id, job) in candidates {
+        for (run_id, job, age) in candidates {
             let t = jobs.of(&job, g);
+            // The candidates were chosen by the shortest limit of any job: a run within its own
+            // job's limit is not touched (its reports and claims never wait for this tick).
+            // `started_at` never changes, so a run due now is due under the lock too.
+            if age <= secs(t.run_timeout) {
+                continue;
+            }
+            if !c.may_hold_another() {
+                break;
+            }
             sqlx::query("SAVEPOINT sweeper_deadline_run")
                 .execute(&mut *conn)
                 .await?;
@@ -351,9 +435,19 @@ impl Ledger {
                     sqlx::query("SET LOCAL lock_timeout = 0")
                         .execute(&mut *conn)
                         .await?;
+                    if !done {
+                        // It left CREATED/EXTRACTING meanwhile: let go of its locks now rather
+                        // than at the tick's end.
+                        sqlx::query("ROLLBACK TO SAVEPOINT sweeper_deadline_run")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
                     sqlx::query("RELEASE SAVEPOINT sweeper_deadline_run")
                         .execute(&mut *conn)
                         .await?;
+                    if done {
+                        c.held += 1;
+                    }
                     c.add("timeout_run_deadline", done as u64);
                 }
                 Err(LedgerError::Database(sqlx::Error::Database(db)))
@@ -361,6 +455,9 @@ impl Ledger {
                 {
                     // Still locked after 5 s: left for the next tick.
                     sqlx::query("ROLLBACK TO SAVEPOINT sweeper_deadline_run")
+                        .execute(&mut *conn)
+                        .await?;
+                    sqlx::query("RELEASE SAVEPOINT sweeper_deadline_run")
                         .execute(&mut *conn)
                         .await?;
                 }
@@ -545,6 +642,9 @@ impl Ledger {
             if age < secs(limit) {
                 continue;
             }
+            if !c.may_hold_another() {
+                break;
+            }
             let Some(run) = self.try_lock_run(conn, run_id, "PUBLISHING").await? else {
                 continue;
             };
@@ -573,6 +673,7 @@ impl Ledger {
                 .await?;
             c.add("publish_unknown", 1);
             self.keep_run(conn).await?;
+            c.held += 1;
         }
         Ok(())
     }
@@ -617,6 +718,12 @@ impl Ledger {
         c.add("events_deleted", deleted);
         Ok(())
     }
+}
+
+/// What one transaction of a tick did, and whether it left runs for the next one.
+struct SweepRound {
+    report: SweepReport,
+    deferred: bool,
 }
 
 #[derive(sqlx::FromRow)]
