@@ -113,7 +113,7 @@ const GUARDS: &[Guard] = &[
             // The report's claim check, in the one copy of §4.7 steps 2–8, which
             // `nifi_ops.report_chunk` runs before it decides and again when it records.
             Code::Migration(
-                "20261203000011_record_chunk_function.sql",
+                "20261205000018_partition_heartbeat_every_report.sql",
                 "IF v_claim_token IS DISTINCT FROM p_claim_token THEN \
                  outcome := 'CLAIM_MISMATCH'; RETURN; END IF;",
             ),
@@ -183,7 +183,7 @@ const GUARDS: &[Guard] = &[
             ),
             Code::Sql("lock_partition", "FOR UPDATE"),
             Code::Migration(
-                "20261203000011_record_chunk_function.sql",
+                "20261205000018_partition_heartbeat_every_report.sql",
                 "FROM nifi_ops.load_partition p \
                  WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
             ),

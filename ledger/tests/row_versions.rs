@@ -1,5 +1,6 @@
-//! Issue 30 item 2, no needless row versions: a chunk report writes the partition's heartbeat at
-//! most once a second, as a HOT update (no index holds `heartbeat_at`); the chunk that completes
+//! Issue 30 item 2, no needless row versions: a chunk report writes the partition's heartbeat as a
+//! HOT update (no index holds `heartbeat_at`), every accepted report as §4.7 step 7 says (issue
+//! 38: it was skipped within a second and on an identical replay); the chunk that completes
 //! the partition writes no heartbeat version that its SUCCESS update replaces at once; and the
 //! success update of the run changes no indexed column when the run's heartbeat is fresh (HOT).
 //! Counted from PostgreSQL's own statistics (`n_tup_upd`, `n_tup_hot_upd`).
@@ -97,11 +98,21 @@ async fn chunk_reports_write_no_needless_row_versions() {
     let part1 = updates(&ledger, &mut admin, "load_partition").await;
     assert_eq!(part1.0 - part0.0, 1, "one heartbeat version");
     assert_eq!(part1.1 - part0.1, 1, "the heartbeat is a HOT update");
-    // Within the second: no new version.
+    // Within the second, and an identical replay too: refreshed again (§2.7, §4.7 step 7), HOT.
     ledger.report_chunk(run, pid, &report(1)).await.unwrap();
-    assert_eq!(heartbeat(&mut admin, run).await, beat);
+    let beat1 = heartbeat(&mut admin, run).await;
+    assert!(
+        beat1 > beat,
+        "every accepted report refreshes the partition heartbeat"
+    );
+    ledger.report_chunk(run, pid, &report(1)).await.unwrap();
+    assert!(
+        heartbeat(&mut admin, run).await > beat1,
+        "an identical replay refreshes it too"
+    );
     let part2 = updates(&ledger, &mut admin, "load_partition").await;
-    assert_eq!(part2.0, part1.0, "a fresh heartbeat is not written again");
+    assert_eq!(part2.0 - part1.0, 2, "one heartbeat version per report");
+    assert_eq!(part2.1 - part1.1, 2, "both HOT");
     // The last chunk, the heartbeat stale again: the SUCCESS update only (it writes the
     // heartbeat itself, no version of the report's refresh before it).
     sqlx::query("UPDATE nifi_ops.load_partition SET heartbeat_at = heartbeat_at - interval '10 seconds' WHERE run_id = $1")

@@ -793,25 +793,32 @@ fn chunk(token: uuid::Uuid, index: i32, count: i32, path: &str, rows: i64) -> le
     }
 }
 
-/// Issue 20, latency fault 4: an identical replay of a chunk report writes nothing — the file
-/// row is not even locked (its xmax stays 0) and the partition row keeps its version (xmin).
+/// Issue 20, latency fault 4: an identical replay of a chunk report does not rewrite its chunk —
+/// the file row is not even locked (its xmax stays 0). It does refresh the partition's heartbeat
+/// (§4.7 step 7: every accepted report; issue 38), and nothing else of the partition row.
 #[tokio::test]
-async fn an_identical_chunk_replay_writes_nothing() {
+async fn an_identical_chunk_replay_rewrites_no_chunk() {
     let env = Env::start(|_| {}).await;
     let (run, tokens) = env.extracting("I", &[3]).await;
     let path = format!("/data/JOB/run_id={run}/p=0000/part-0.parquet");
     let report = chunk(tokens[0], 0, 2, &path, 1);
     env.ledger.report_chunk(run, "0000", &report).await.unwrap();
     let versions = || async {
-        let (file_xmin, file_xmax, part_xmin): (String, String, String) = sqlx::query_as(
-            "SELECT f.xmin::text, f.xmax::text, p.xmin::text FROM nifi_ops.load_file f \
-               JOIN nifi_ops.load_partition p USING (run_id, partition_id) WHERE f.run_id = $1",
+        let row: (
+            String,
+            String,
+            serde_json::Value,
+            chrono::DateTime<chrono::Utc>,
+        ) = sqlx::query_as(
+            "SELECT f.xmin::text, f.xmax::text, to_jsonb(p) - 'heartbeat_at', p.heartbeat_at \
+                   FROM nifi_ops.load_file f \
+                   JOIN nifi_ops.load_partition p USING (run_id, partition_id) WHERE f.run_id = $1",
         )
         .bind(run)
         .fetch_one(&mut env.conn().await)
         .await
         .unwrap();
-        (file_xmin, file_xmax, part_xmin)
+        row
     };
     let before = versions().await;
     let replay = env.ledger.report_chunk(run, "0000", &report).await.unwrap();
@@ -819,7 +826,14 @@ async fn an_identical_chunk_replay_writes_nothing() {
     let after = versions().await;
     assert_eq!(after.0, before.0, "the file row is not rewritten");
     assert_eq!(after.1, "0", "the file row is not locked by the replay");
-    assert_eq!(after.2, before.2, "no new partition row version");
+    assert_eq!(
+        after.2, before.2,
+        "the partition row is unchanged but for its heartbeat"
+    );
+    assert!(
+        after.3 > before.3,
+        "the replay refreshes the partition heartbeat"
+    );
 }
 
 /// Issue 20, latency fault 4: a report recorded for a run that already ended does not refresh the
