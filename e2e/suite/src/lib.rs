@@ -4,6 +4,7 @@ pub mod bench;
 pub mod check;
 pub mod nifi;
 pub mod node;
+pub mod oracle;
 pub mod release;
 pub mod replicated;
 pub mod standalone;
