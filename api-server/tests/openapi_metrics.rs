@@ -119,3 +119,50 @@ async fn metrics_count_requests_chunk_outcomes_and_lock_waits() {
     }
     assert!(text.contains("lca_request_seconds_bucket{le="));
 }
+
+/// Issue 41 item 8: `/metrics` negotiates on `Accept` as client_golang does. Prometheus's own
+/// scrape header gets OpenMetrics (ending in `# EOF`); no `Accept`, `*/*` or `text/plain` get the
+/// classic text format, a counter's family named by its `_total` samples.
+#[tokio::test]
+async fn metrics_are_negotiated_on_accept() {
+    let api = Api::start().await;
+    let scrape = |accept: Option<&'static str>| {
+        let mut req = api.client.get(format!("{}/metrics", api.base));
+        if let Some(a) = accept {
+            req = req.header("accept", a);
+        }
+        async move {
+            let res = req.send().await.unwrap();
+            assert_eq!(res.status(), 200);
+            let ct = res.headers()["content-type"].to_str().unwrap().to_string();
+            (ct, res.text().await.unwrap())
+        }
+    };
+    let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (ct, om) = scrape(Some(prometheus)).await;
+    assert_eq!(
+        ct,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(om.ends_with("# EOF\n"), "{om}");
+    assert!(
+        om.contains("# TYPE lca_db_connections_retired counter"),
+        "{om}"
+    );
+    for accept in [None, Some("*/*"), Some("text/plain;version=0.0.4")] {
+        let (ct, text) = scrape(accept).await;
+        assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8", "{accept:?}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE lca_db_connections_retired_total counter"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE lca_run_lock_wait_seconds histogram"),
+            "{text}"
+        );
+    }
+}

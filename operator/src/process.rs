@@ -523,10 +523,6 @@ struct HealthState {
     health: Health,
 }
 
-/// What prometheus-client writes: OpenMetrics text (it ends with `# EOF`), so it is served as
-/// such; a scraper that asks for the classic format still parses it.
-pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
 /// `/healthz` (liveness: fails only when a restart is the cure, see [`Health`]), `/readyz`
 /// (the database takes a write; leadership not required) and `/metrics` (§9.3).
 pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> Router {
@@ -546,11 +542,20 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
         .route("/readyz", get(readyz))
         .route(
             "/metrics",
-            get(|State(s): State<HealthState>| async move {
-                s.metrics
-                    .owned_by_other(s.ledger.owner_conflict().is_some());
-                ([(header::CONTENT_TYPE, OPENMETRICS)], s.metrics.render())
-            }),
+            // Negotiated on Accept as client_golang does (the exposition crate).
+            get(
+                |State(s): State<HealthState>, headers: axum::http::HeaderMap| async move {
+                    s.metrics
+                        .owned_by_other(s.ledger.owner_conflict().is_some());
+                    let format = exposition::Format::negotiate(
+                        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
+                    );
+                    (
+                        [(header::CONTENT_TYPE, format.content_type())],
+                        format.body(s.metrics.render()),
+                    )
+                },
+            ),
         )
         .with_state(HealthState {
             ledger,

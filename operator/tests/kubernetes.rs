@@ -1838,7 +1838,8 @@ async fn the_binary_waits_for_missing_crds_and_recovers_by_itself() {
         metrics.headers()["content-type"]
             .to_str()
             .unwrap()
-            .starts_with("application/openmetrics-text")
+            .starts_with("text/plain; version=0.0.4"),
+        "no Accept: the classic text format, as from client_golang"
     );
     assert!(
         metrics
