@@ -536,6 +536,44 @@ async fn a_key_rotation_is_accepted_by_key_id_and_an_unknown_key_is_retried() {
         head.contains(&format!("\r\nX-Lca-Key-Id: {}\r\n", NEW.0)),
         "the key id is sent under the name PG-05 reads:\n{head}"
     );
+    // Issue 42 item 3: every header name the docs and the chart tell PG-05 to read is spelled as
+    // the wire has it (NiFi's attribute names are case-sensitive: `X-LCA-Key-Id` reads nothing).
+    let sent: std::collections::BTreeSet<&str> = head
+        .split("\r\n")
+        .filter_map(|l| l.split_once(':').map(|(n, _)| n))
+        .filter(|n| n.to_ascii_lowercase().starts_with("x-lca-"))
+        .collect();
+    assert_eq!(sent.len(), 3, "{head}");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let mut read = vec![];
+    for file in [
+        "README.md",
+        "SECURITY.md",
+        "charts/load-control/values.yaml",
+    ]
+    .into_iter()
+    .map(|f| format!("{root}/{f}"))
+    .chain(
+        std::fs::read_dir(format!("{root}/docs"))
+            .unwrap()
+            .map(|e| e.unwrap().path().display().to_string()),
+    ) {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.to_ascii_lowercase().match_indices("x-lca-") {
+            let name: String = text[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            read.push((file.clone(), name));
+        }
+    }
+    assert!(read.len() >= 3, "{read:?}");
+    for (file, name) in &read {
+        assert!(
+            sent.contains(name.as_str()),
+            "{file} names the header {name:?}; the dispatcher sends {sent:?}"
+        );
+    }
 
     // 2. PG-05 holds only the old key (the rotation's first step not done): 503, retried.
     pg05_keys.set(&[OLD]);
