@@ -52,6 +52,13 @@ impl Format {
         }
     }
 
+    /// The content type and body a scrape with this `Accept` gets, from prometheus-client's
+    /// OpenMetrics text: what both binaries' `/metrics` answer.
+    pub fn respond(accept: Option<&str>, openmetrics: String) -> (&'static str, String) {
+        let format = Format::negotiate(accept);
+        (format.content_type(), format.body(openmetrics))
+    }
+
     /// The body in this format, from prometheus-client's OpenMetrics text.
     pub fn body(self, openmetrics: String) -> String {
         match self {
@@ -67,8 +74,11 @@ impl Format {
 /// `_created` samples and exemplars are dropped.
 pub fn classic_text(openmetrics: &str) -> String {
     let mut out = String::with_capacity(openmetrics.len());
-    // The family being written: its OpenMetrics name and type.
-    let mut family: (&str, &str) = ("", "");
+    // The family's HELP text, held until its TYPE line names the family (prometheus-client writes
+    // HELP first; a counter's classic name is only known from its type).
+    let mut help: Option<(&str, &str)> = None;
+    // The family being written (its OpenMetrics name).
+    let mut family = "";
     for line in openmetrics.lines() {
         if let Some(meta) = line.strip_prefix("# ") {
             let mut words = meta.splitn(3, ' ');
@@ -78,32 +88,52 @@ pub fn classic_text(openmetrics: &str) -> String {
                 words.next().unwrap_or(""),
             );
             match kind {
+                "HELP" => help = Some((name, rest)),
                 "TYPE" => {
-                    family = (name, rest);
-                    let (name, ty) = classic_family(name, rest);
-                    out.push_str(&format!("# TYPE {name} {ty}\n"));
-                }
-                "HELP" => {
-                    // HELP comes before TYPE in prometheus-client's output: the type is not known
-                    // yet, so the name is decided by the TYPE line that follows (written back here).
-                    out.push_str(&format!("# HELP {name} {rest}\n"));
+                    family = name;
+                    let (classic, ty) = classic_family(name, rest);
+                    if let Some((_, text)) = help.take().filter(|(n, _)| *n == name) {
+                        out.push_str(&format!("# HELP {classic} {text}\n"));
+                    }
+                    out.push_str(&format!("# TYPE {classic} {ty}\n"));
                 }
                 _ => {} // UNIT, EOF
             }
             continue;
         }
-        if line.is_empty() || line.starts_with('#') {
+        if line.is_empty() {
             continue;
         }
-        let sample = line.split(" # ").next().unwrap_or(line);
-        let name_end = sample.find(['{', ' ']).unwrap_or(sample.len());
-        if sample[..name_end].ends_with("_created") && family.0 != &sample[..name_end] {
+        // An exemplar (` # {…} value`) follows the label set, whose values may hold ` # `.
+        let labels_end = label_set_end(line);
+        let sample = match line[labels_end..].find(" # ") {
+            Some(at) => &line[..labels_end + at],
+            None => line,
+        };
+        let name = &sample[..sample.find(['{', ' ']).unwrap_or(sample.len())];
+        if name.ends_with("_created") && name != family {
             continue;
         }
         out.push_str(sample);
         out.push('\n');
     }
-    rename_help(&out)
+    out
+}
+
+/// Where a sample's label set ends (after its `}`, quoted values skipped), or 0 without one.
+fn label_set_end(line: &str) -> usize {
+    let (mut quoted, mut escaped) = (false, false);
+    for (i, c) in line.char_indices() {
+        match c {
+            _ if escaped => escaped = false,
+            '\\' if quoted => escaped = true,
+            '"' => quoted = !quoted,
+            '}' if !quoted => return i + 1,
+            ' ' if !quoted => return 0,
+            _ => {}
+        }
+    }
+    0
 }
 
 /// The classic family name and type of an OpenMetrics family.
@@ -118,28 +148,6 @@ fn classic_family<'a>(name: &'a str, ty: &str) -> (std::borrow::Cow<'a, str>, &'
         "stateset" => (Cow::Borrowed(name), "gauge"),
         _ => (Cow::Borrowed(name), "untyped"),
     }
-}
-
-/// Gives each `# HELP` line the name its `# TYPE` line got (a counter's `_total`, an info's
-/// `_info`).
-fn rename_help(text: &str) -> String {
-    let lines: Vec<&str> = text.lines().collect();
-    let mut out = String::with_capacity(text.len() + 64);
-    for (i, line) in lines.iter().enumerate() {
-        if let (Some(help), Some(next)) = (line.strip_prefix("# HELP "), lines.get(i + 1))
-            && let Some(typed) = next.strip_prefix("# TYPE ")
-        {
-            let (help_name, help_text) = help.split_once(' ').unwrap_or((help, ""));
-            let typed_name = typed.split(' ').next().unwrap_or("");
-            if typed_name != help_name && typed_name.starts_with(help_name) {
-                out.push_str(&format!("# HELP {typed_name} {help_text}\n"));
-                continue;
-            }
-        }
-        out.push_str(line);
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
@@ -197,11 +205,11 @@ mod tests {
 
     #[test]
     fn exemplars_and_created_samples_are_dropped() {
-        let om = "# HELP a A.\n# TYPE a counter\na_total 1 # {trace_id=\"x\"} 1.0\na_created 17.0\n\
+        let om = "# HELP a A.\n# TYPE a counter\na_total{l=\"x # y\"} 1 # {trace_id=\"x\"} 1.0\na_created 17.0\n\
                   # TYPE b_created gauge\nb_created 2\n# EOF\n";
         assert_eq!(
             classic_text(om),
-            "# HELP a_total A.\n# TYPE a_total counter\na_total 1\n# TYPE b_created gauge\nb_created 2\n"
+            "# HELP a_total A.\n# TYPE a_total counter\na_total{l=\"x # y\"} 1\n# TYPE b_created gauge\nb_created 2\n"
         );
     }
 

@@ -547,13 +547,10 @@ pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> R
                 |State(s): State<HealthState>, headers: axum::http::HeaderMap| async move {
                     s.metrics
                         .owned_by_other(s.ledger.owner_conflict().is_some());
-                    let format = exposition::Format::negotiate(
-                        headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()),
-                    );
-                    (
-                        [(header::CONTENT_TYPE, format.content_type())],
-                        format.body(s.metrics.render()),
-                    )
+                    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+                    let (content_type, body) =
+                        exposition::Format::respond(accept, s.metrics.render());
+                    ([(header::CONTENT_TYPE, content_type)], body)
                 },
             ),
         )

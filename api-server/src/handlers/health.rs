@@ -32,16 +32,12 @@ pub async fn readyz(State(s): State<AppState>) -> Response {
 
 #[utoipa::path(get, path = "/metrics", description = "Prometheus exposition (§9.1), negotiated on `Accept` as Prometheus's client_golang does: OpenMetrics 1.0.0 when the scraper asks for `application/openmetrics-text`, otherwise the classic text format (`text/plain; version=0.0.4`), also without `Accept`.", responses((status = 200, description = "OK")))]
 pub async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
-    let format =
-        exposition::Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     s.0.metrics
         .connections_retired(s.0.ledger.connections_retired());
     s.0.metrics.edge(&s.0.edge);
-    (
-        [(header::CONTENT_TYPE, format.content_type())],
-        format.body(s.0.metrics.render()),
-    )
-        .into_response()
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let (content_type, body) = exposition::Format::respond(accept, s.0.metrics.render());
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
 #[utoipa::path(get, path = "/openapi.json", description = "This document (§4.24).", responses((status = 200, description = "OK")))]
