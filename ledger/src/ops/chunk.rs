@@ -89,9 +89,7 @@ impl DecisionIds {
     fn new() -> Self {
         DecisionIds {
             success_event: Uuid::now_v7(),
-            // §2: a dispatch id is random v4 (it travels as X-Dispatch-Id and is the key of
-            // a validation result report; a time-ordered id is partly guessable).
-            dispatch: Uuid::new_v4(),
+            dispatch: super::dispatch::new_dispatch_id(),
             extracted_event: Uuid::now_v7(),
         }
     }

@@ -14,8 +14,8 @@ use uuid::Uuid;
 pub(crate) async fn complete_extraction(conn: &mut PgConnection, run_id: Uuid) -> Result<bool> {
     let won: bool = sqlx::query_scalar("SELECT nifi_ops.complete_extraction($1, $2, $3)")
         .bind(run_id)
-        // The VALIDATE_RUN dispatch id: random v4 (§2).
-        .bind(Uuid::new_v4())
+        // The VALIDATE_RUN dispatch's id.
+        .bind(super::dispatch::new_dispatch_id())
         // The transaction's witness should its COMMIT's answer be lost.
         .bind(Event::id_of_commit())
         .fetch_one(&mut *conn)

@@ -10,6 +10,13 @@ use serde_json::{Value, json};
 use std::time::Duration;
 use uuid::Uuid;
 
+/// The id of a new outbox row: random v4 (§2), wherever a dispatch is written. It travels to NiFi
+/// as `X-Dispatch-Id` and keys the validation result reports, so it must not be guessable from
+/// the time it was written.
+pub(crate) fn new_dispatch_id() -> Uuid {
+    Uuid::new_v4()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct LeasedDispatch {
     pub dispatch_id: Uuid,

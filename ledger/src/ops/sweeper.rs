@@ -347,7 +347,7 @@ impl Ledger {
                     .await?
                     .rows_affected();
                     sqlx::query("INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id) VALUES ($1, $2, 'REISSUE_PARTITION', $3)")
-                        .bind(Uuid::new_v4())
+                        .bind(super::dispatch::new_dispatch_id())
                         .bind(run_id)
                         .bind(pid)
                         .execute(&mut *conn)
