@@ -230,31 +230,32 @@ pub fn partition_failure(o: &mut ObjReader<'_>, p: &mut Problems) -> PartitionFa
 
 /// `GET /v1/runs` query (§4.4); unknown parameters are ignored.
 pub fn run_filter(query: &[(String, String)], p: &mut Problems) -> RunFilter {
-    let mut f = RunFilter {
-        limit: 50,
-        ..Default::default()
-    };
-    for (k, v) in query {
-        match k.as_str() {
-            "jobKey" | "job_key" if v.chars().count() <= 200 => f.job_key = Some(v.clone()),
-            "businessKey" | "business_key" if v.chars().count() <= 200 => {
-                f.business_key = Some(v.clone())
-            }
-            "jobKey" | "job_key" | "businessKey" | "business_key" => {
-                p.push(format!("query.{k}"), "must be at most 200 characters")
-            }
-            "status" => match RunStatus::parse(v) {
-                Some(s) => f.status = Some(s),
-                None => p.push("query.status", format!("must be one of {RUN_STATUSES}")),
-            },
-            "limit" => match int_range(1, 500)(&JVal::Str(v.clone())) {
-                Ok(n) => f.limit = n,
-                Err(m) => p.push("query.limit", m),
-            },
-            _ => {}
+    let key = |names: &[&str], p: &mut Problems| {
+        let v = query_value(query, names, p)?;
+        if v.chars().count() <= 200 {
+            Some(v.to_string())
+        } else {
+            p.push(
+                format!("query.{}", names[0]),
+                "must be at most 200 characters",
+            );
+            None
         }
+    };
+    let job_key = key(&["jobKey", "job_key"], p);
+    let business_key = key(&["businessKey", "business_key"], p);
+    let status = query_value(query, &["status"], p).and_then(|v| {
+        RunStatus::parse(v).or_else(|| {
+            p.push("query.status", format!("must be one of {RUN_STATUSES}"));
+            None
+        })
+    });
+    RunFilter {
+        job_key,
+        business_key,
+        status,
+        limit: query_int(query, "limit", 1, 500, 50, p),
     }
-    f
 }
 
 // ---- validation, publish, operator and read endpoints (CONTRACT §4.9–§4.22) ----
@@ -362,6 +363,31 @@ pub fn cleanup_report(o: &mut ObjReader<'_>, p: &mut Problems) -> (Option<String
     )
 }
 
+/// The one value of a query parameter under any of its spellings, `None` when absent. A parameter
+/// given more than once with different values is refused (422 `query.<name>`): which of them the
+/// client meant is not ours to guess, and taking the first or the last would let a bad value pass
+/// beside a good one.
+fn query_value<'q>(
+    query: &'q [(String, String)],
+    names: &[&str],
+    p: &mut Problems,
+) -> Option<&'q str> {
+    let mut values = query
+        .iter()
+        .filter(|(k, _)| names.contains(&k.as_str()))
+        .map(|(_, v)| v.as_str());
+    let first = values.next()?;
+    if values.all(|v| v == first) {
+        Some(first)
+    } else {
+        p.push(
+            format!("query.{}", names[0]),
+            "is given more than once with different values",
+        );
+        None
+    }
+}
+
 /// An integer query parameter in `min..=max`, `default` when absent.
 pub fn query_int(
     query: &[(String, String)],
@@ -371,9 +397,9 @@ pub fn query_int(
     default: i64,
     p: &mut Problems,
 ) -> i64 {
-    match query.iter().rev().find(|(k, _)| k == name) {
+    match query_value(query, &[name], p) {
         None => default,
-        Some((_, v)) => int_range(min, max)(&JVal::Str(v.clone())).unwrap_or_else(|m| {
+        Some(v) => int_range(min, max)(&JVal::Str(v.to_string())).unwrap_or_else(|m| {
             p.push(format!("query.{name}"), m);
             default
         }),
@@ -382,12 +408,9 @@ pub fn query_int(
 
 /// `jobKey` of the cleanup candidates query: the JobKey pattern or 422.
 pub fn query_job_key(query: &[(String, String)], p: &mut Problems) -> Option<String> {
-    let (_, v) = query
-        .iter()
-        .rev()
-        .find(|(k, _)| k == "jobKey" || k == "job_key")?;
+    let v = query_value(query, &["jobKey", "job_key"], p)?;
     if JOB_KEY.is_match(v) {
-        Some(v.clone())
+        Some(v.to_string())
     } else {
         p.push(
             "query.jobKey",

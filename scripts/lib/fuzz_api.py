@@ -1025,7 +1025,7 @@ class Fuzzer:
                     # except when the one invalid part was the Authorization header, which the
                     # fuzzer's own credentials replaced (that negation never reached the server).
                     negative = self.negative_components(case)
-                    # (Unknown query parameters are ignored, §3.2: with a header negation
+                    # (Unknown query parameters are ignored: with a header negation
                     # beside them, schemathesis no longer sees that only they were invalid.)
                     moot = "header" in negative and (negative <= {"header"} or (
                         negative - {"header"} <= {"query"}
