@@ -7,6 +7,7 @@ pub mod error;
 pub mod event;
 pub mod json;
 pub mod judge;
+pub mod machine;
 pub mod manifest;
 pub mod migrate;
 pub mod ops;

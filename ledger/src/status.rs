@@ -107,12 +107,6 @@ impl RunStatus {
     pub fn is_failed_class(self) -> bool {
         self.is_terminal() && self != RunStatus::Success
     }
-
-    /// Ending a run for these reasons closes its unfinished partitions as ABORTED (§2.2); SUCCESS
-    /// has none left and TIMED_OUT keeps the sweeper's own TIMED_OUT rule.
-    pub fn aborts_partitions(self) -> bool {
-        self.is_failed_class() && self != RunStatus::TimedOut
-    }
 }
 
 impl PartitionStatus {
@@ -159,8 +153,6 @@ mod tests {
         );
         assert!(RunStatus::PublishUnknown.is_active());
         assert!(RunStatus::Cancelled.is_failed_class());
-        assert!(!RunStatus::TimedOut.aborts_partitions());
-        assert!(RunStatus::Cancelled.aborts_partitions());
     }
 
     #[test]

@@ -336,6 +336,22 @@ const GUARDS: &[Guard] = &[
         )],
     },
     Guard {
+        // A cancel once publishing has begun: the state machine's table has no such row, so the
+        // database refuses it whatever the Rust check says.
+        mutant: "MUTANT_CANCEL_PUBLISHING",
+        property: "transitions",
+        code: &[
+            Code::Stmt(
+                "cancellable",
+                "crate::machine::allowed(s, RunStatus::Cancelled)",
+            ),
+            Code::Migration(
+                "20261205000019_run_transition_table.sql",
+                "('STAGING_VALIDATED', 'CANCELLED', true, true, 'run cancelled'); CREATE FUNCTION",
+            ),
+        ],
+    },
+    Guard {
         mutant: "MUTANT_NO_SWEEP_FENCE",
         property: "19",
         code: &[Code::Stmt(

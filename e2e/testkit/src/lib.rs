@@ -168,6 +168,26 @@ impl TestDb {
     }
 }
 
+/// Runs `sql` (one statement; `$1` is `run`) with the database's triggers off
+/// (`session_replication_role = replica`, which only a superuser may set, as pg_restore does): how
+/// a test puts a run where no transition of the state machine leads, such as a run created and
+/// ended long ago, or a terminal run back in PUBLISH_UNKNOWN. Any other writer is refused such a
+/// status change by `tr_load_run_transition_allowed` (ledger/src/machine.rs). The success recount
+/// trigger is off too: the counters stay as written.
+pub async fn outside_the_state_machine(conn: &mut PgConnection, sql: &str, run: Uuid) {
+    let mut tx = sqlx::Connection::begin(&mut *conn).await.unwrap();
+    sqlx::query("SET LOCAL session_replication_role = replica")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    sqlx::query(sqlx::AssertSqlSafe(sql.to_string()))
+        .bind(run)
+        .execute(&mut *tx)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    tx.commit().await.unwrap();
+}
+
 /// A run to create in tests: job `JOB`, business key `bk`, everything else minimal.
 pub fn new_run(bk: &str) -> ledger::NewRun {
     ledger::NewRun {

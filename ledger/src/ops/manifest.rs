@@ -1,12 +1,12 @@
 //! `POST /v1/runs/{run_id}/manifest` (CONTRACT §4.2): the plan of partitions, judged by the pure
 //! invariants of `crate::manifest` and stored in one transaction.
 use super::complete::complete_extraction;
-use super::transition::{ErrorFields, transition};
+use super::transition::{ErrorFields, transition, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::manifest::{Manifest, manifest_violations};
 use crate::status::RunStatus;
-use crate::store::{Ledger, notify_run, transaction};
+use crate::store::{Ledger, transaction};
 use serde::Serialize;
 use serde_json::json;
 use std::collections::BTreeSet;
@@ -112,11 +112,12 @@ impl Ledger {
             .await?;
             let empty = expected.iter().filter(|&&e| e == 0).count() as i64;
             let scn = m.snapshot_scn.map(|d| d.to_string());
+            // The manifest's fields, then the status change by its one writer (which refreshes
+            // the heartbeat, counts the version and wakes the mirror).
             sqlx::query(
-                "UPDATE nifi_ops.load_run SET status = 'EXTRACTING', snapshot_scn = $2::numeric, source_count = $3, \
+                "UPDATE nifi_ops.load_run SET snapshot_scn = $2::numeric, source_count = $3, \
                     source_null_split_count = $4, source_min_split = $5::numeric, source_max_split = $6::numeric, \
-                    expected_partition_count = $7, success_partition_count = $8, \
-                    heartbeat_at = clock_timestamp(), version_no = version_no + 1 \
+                    expected_partition_count = $7, success_partition_count = $8 \
                   WHERE run_id = $1 AND status = 'CREATED'",
             )
             .bind(run_id)
@@ -129,7 +130,14 @@ impl Ledger {
             .bind(empty as i32)
             .execute(&mut *conn)
             .await?;
-            notify_run(conn, run_id).await?;
+            transition_locked(
+                conn,
+                run_id,
+                RunStatus::Created,
+                RunStatus::Extracting,
+                ErrorFields::Keep,
+            )
+            .await?;
             // SOURCE metrics are stored, not judged; a sent SOURCE_COUNT never replaces the computed one.
             let mut names = vec!["SOURCE_COUNT".to_string()];
             let mut values = vec![m.source_count.to_string()];

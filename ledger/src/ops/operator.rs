@@ -27,11 +27,7 @@ pub struct ResendOutcome {
 
 /// Statuses a cancel may leave: never a publishing state, where an INSERT OVERWRITE may have run.
 pub fn cancellable(s: RunStatus) -> bool {
-    use RunStatus::*;
-    matches!(
-        s,
-        Created | Extracting | ExtractedValidated | StageValidating | StagingValidated
-    )
+    crate::machine::allowed(s, RunStatus::Cancelled)
 }
 
 impl Ledger {

@@ -2,7 +2,8 @@
 //! `version_no`, `completed_at` on entering a terminal status, the NOTIFY (§3.9: the LoadRun
 //! mirror's wake-up, sent at commit, only when the CAS won), and — in the same transaction — the
 //! [v1-ext] closing of unfinished partitions and pending dispatches: one statement,
-//! `nifi_ops.transition`.
+//! `nifi_ops.transition`, which reads what a transition does from the state machine's table
+//! (`crate::machine`).
 use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
 use crate::text::{cut, message};
@@ -45,15 +46,11 @@ pub(crate) async fn transition(
             message(m),
         ),
     };
-    let reason = if to == RunStatus::Cancelled {
-        "run cancelled".to_string()
-    } else {
-        format!("run ended: {to}")
-    };
-    // `nifi_ops.transition` (migration 20261204000016), the CAS's one copy, which the validation
-    // start runs server-side too: what is allowed, terminal and aborting is decided here.
+    // `nifi_ops.transition` (migration 20261205000019), the CAS's one copy, which the validation
+    // start runs server-side too; what entering `to` does is read from `nifi_ops.run_transition`
+    // (crate::machine), and a pair not in it is refused there (SQLSTATE LC002).
     let (changed, aborted): (bool, i64) = sqlx::query_as(
-        "SELECT changed, aborted FROM nifi_ops.transition($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        "SELECT changed, aborted FROM nifi_ops.transition($1, $2, $3, $4, $5, $6, $7)",
     )
     .bind(run_id)
     .bind(from.as_str())
@@ -62,9 +59,6 @@ pub(crate) async fn transition(
     .bind(stage)
     .bind(code)
     .bind(msg)
-    .bind(to.is_terminal())
-    .bind(to.aborts_partitions())
-    .bind(reason)
     .fetch_one(&mut *conn)
     .await?;
     if !changed {

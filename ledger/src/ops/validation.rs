@@ -425,17 +425,3 @@ impl StartRow {
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use crate::status::RunStatus;
-
-    /// `nifi_ops.start_validation` (migration 20261204000016) calls `nifi_ops.transition` to
-    /// STAGE_VALIDATING with `p_terminal` and `p_aborts_partitions` false: what the status rules
-    /// say of it.
-    #[test]
-    fn the_validation_start_neither_ends_the_run_nor_its_partitions() {
-        assert!(!RunStatus::StageValidating.is_terminal());
-        assert!(!RunStatus::StageValidating.aborts_partitions());
-    }
-}
