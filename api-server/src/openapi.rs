@@ -9,7 +9,7 @@ use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{Server, extensions::ExtensionsBuilder};
 use utoipa::{Modify, OpenApi, ToSchema};
 
-/// The common error body (§3.7); `code` comes first.
+/// The common error body (docs/api.md, "Errors"); `code` comes first.
 #[derive(Serialize, ToSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ErrorDoc {
@@ -312,7 +312,7 @@ impl Modify for Security {
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "load-control", description = "Decides, exactly once, the state of NiFi Oracle→Hive loads (CONTRACT v1)."),
+    info(title = "load-control", description = "Decides, exactly once, the state of NiFi Oracle→Hive loads. Reference: docs/api.md in the repository."),
     paths(
         crate::handlers::create_run, crate::handlers::list_runs, crate::handlers::run_detail, crate::handlers::register_manifest, crate::handlers::fail_run,
         crate::handlers::claim_partition, crate::handlers::report_chunk, crate::handlers::fail_partition, crate::handlers::start_validation,

@@ -84,6 +84,26 @@ async fn the_document_lists_every_route_with_roles_and_schemas() {
     }
 }
 
+/// `docs/openapi.json` is the document a server with the default `server.root_path` serves, so a
+/// flow author has it without a running instance. `LC_REGENERATE=1` rewrites it.
+#[tokio::test]
+async fn the_committed_document_is_the_served_one() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/openapi.json");
+    let api = Api::start().await;
+    let served = api.send("GET", "/openapi.json", None, None).await;
+    assert_eq!(served.status, 200);
+    let want = format!("{}\n", serde_json::to_string_pretty(&served.body).unwrap());
+    if std::env::var_os("LC_REGENERATE").is_some() {
+        std::fs::write(path, &want).unwrap();
+    }
+    let have = std::fs::read_to_string(path).unwrap_or_default();
+    assert!(
+        have == want,
+        "docs/openapi.json is not what the server serves: LC_REGENERATE=1 cargo test -p load-control-api \
+         --test openapi_metrics the_committed_document_is_the_served_one"
+    );
+}
+
 #[tokio::test]
 async fn metrics_count_requests_chunk_outcomes_and_lock_waits() {
     let api = Api::start().await;

@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    get "/v1/cleanup/candidates", "Runs due for cleanup (§4.18).",
+    get "/v1/cleanup/candidates", "Runs due for cleanup.",
     params = [("jobKey" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 500)],
     ok = [crate::openapi::CandidateList];
     pub async fn cleanup_candidates(
@@ -25,7 +25,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/cleanup", "Record a cleanup (§4.19).",
+    post "/v1/runs/{run_id}/cleanup", "Record a cleanup.",
     request_body = [crate::openapi::CleanupBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::CleanupRecorded];

@@ -1,12 +1,12 @@
 //! Probes, metrics and the OpenAPI document (§4.23, §4.24): no authentication.
 use super::prelude::*;
 
-#[utoipa::path(get, path = "/healthz", description = "Liveness (§4.23).", responses((status = 200, description = "OK")))]
+#[utoipa::path(get, path = "/healthz", description = "Liveness.", responses((status = 200, description = "OK")))]
 pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({"status": "ok"}))
 }
 
-#[utoipa::path(get, path = "/readyz", description = "Readiness (§4.23): this binary runs on the database's schema version, and the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while the schema version is outside this binary's range, another release (installation) holds a fresh claim on the ledger, or the database is read-only, in recovery or unreachable (the cause is logged as readyz_failed).", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take this binary's writes now")))]
+#[utoipa::path(get, path = "/readyz", description = "Readiness: this binary runs on the database's schema version, and the database takes a write within 2 s — a transaction that is given an id and commits (waiting for a synchronous standby as any write does); 503 while the schema version is outside this binary's range, another release (installation) holds a fresh claim on the ledger, or the database is read-only, in recovery or unreachable (the cause is logged as readyz_failed).", responses((status = 200, description = "OK"), (status = 503, description = "the database cannot take this binary's writes now")))]
 pub async fn readyz(State(s): State<AppState>) -> Response {
     let checks = async {
         s.0.ledger.write_check().await?;
@@ -30,7 +30,7 @@ pub async fn readyz(State(s): State<AppState>) -> Response {
     }
 }
 
-#[utoipa::path(get, path = "/metrics", description = "Prometheus exposition (§9.1), negotiated on `Accept` as Prometheus's client_golang does: OpenMetrics 1.0.0 when the scraper asks for `application/openmetrics-text`, otherwise the classic text format (`text/plain; version=0.0.4`), also without `Accept`.", responses((status = 200, description = "OK")))]
+#[utoipa::path(get, path = "/metrics", description = "Prometheus exposition, negotiated on `Accept` as Prometheus's client_golang does: OpenMetrics 1.0.0 when the scraper asks for `application/openmetrics-text`, otherwise the classic text format (`text/plain; version=0.0.4`), also without `Accept`.", responses((status = 200, description = "OK")))]
 pub async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) -> Response {
     s.0.metrics
         .connections_retired(s.0.ledger.connections_retired());
@@ -40,7 +40,7 @@ pub async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) 
     ([(header::CONTENT_TYPE, content_type)], body).into_response()
 }
 
-#[utoipa::path(get, path = "/openapi.json", description = "This document (§4.24).", responses((status = 200, description = "OK")))]
+#[utoipa::path(get, path = "/openapi.json", description = "This document.", responses((status = 200, description = "OK")))]
 pub async fn openapi_json(State(s): State<AppState>) -> Response {
     Json(crate::openapi::document(&s.0.config.server.root_path)).into_response()
 }

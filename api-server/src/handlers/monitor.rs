@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    get "/v1/monitor/summary", "Monitor summary (§4.20).",
+    get "/v1/monitor/summary", "Monitor summary.",
     params = [("alertLimit" = Option<i64>, Query, minimum = 1, maximum = 500)],
     ok = [ledger::MonitorSummary];
     pub async fn monitor_summary(

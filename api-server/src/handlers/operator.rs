@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    post "/v1/runs/{run_id}/dispatches/{dispatch_id}/resend", "Resend a DEAD or SENT dispatch (§4.15); no body.",
+    post "/v1/runs/{run_id}/dispatches/{dispatch_id}/resend", "Resend a DEAD or SENT dispatch; no body.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("dispatch_id" = String, Path, description = "dispatch UUID")],
     ok = [ledger::ResendOutcome];
     pub async fn resend_dispatch(
@@ -23,7 +23,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/publish-unknown/resolve", "Resolve PUBLISH_UNKNOWN (§4.16).",
+    post "/v1/runs/{run_id}/publish-unknown/resolve", "Resolve PUBLISH_UNKNOWN.",
     request_body = [crate::openapi::ResolveBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StatusChange];
@@ -46,7 +46,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/cancel", "Cancel a run (§4.17).",
+    post "/v1/runs/{run_id}/cancel", "Cancel a run.",
     request_body = [crate::openapi::CancelBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::CancelOutcome];

@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    post "/v1/runs/{run_id}/partitions/{partition_id}/claim", "Claim a partition (§4.6).",
+    post "/v1/runs/{run_id}/partitions/{partition_id}/claim", "Claim a partition.",
     request_body = [crate::openapi::ClaimBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::ClaimOutcome];
@@ -26,7 +26,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/partitions/{partition_id}/chunks", "Chunk report (§4.7).",
+    post "/v1/runs/{run_id}/partitions/{partition_id}/chunks", "Chunk report.",
     request_body = [crate::openapi::ChunkBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::ChunkOutcome];
@@ -48,7 +48,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/partitions/{partition_id}/fail", "Final partition failure (§4.8).",
+    post "/v1/runs/{run_id}/partitions/{partition_id}/fail", "Final partition failure.",
     request_body = [crate::openapi::PartitionFailBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::PartitionFailOutcome];

@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    post "/v1/runs/{run_id}/publish/claim", "Claim the publish (§4.12).",
+    post "/v1/runs/{run_id}/publish/claim", "Claim the publish.",
     request_body = [crate::openapi::PublishClaimBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::PublishClaim];
@@ -24,7 +24,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/publish/result", "Report the publish outcome (§4.13).",
+    post "/v1/runs/{run_id}/publish/result", "Report the publish outcome.",
     request_body = [crate::openapi::PublishResultBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StatusChange];

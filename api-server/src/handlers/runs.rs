@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    post "/v1/runs", "Create a run (§4.1).",
+    post "/v1/runs", "Create a run.",
     request_body = [crate::openapi::CreateRunBody],
     ok = [ledger::CreatedRun];
     pub async fn create_run(
@@ -20,7 +20,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    get "/v1/runs", "List runs, newest first (§4.4).",
+    get "/v1/runs", "List runs, newest first.",
     params = [("jobKey" = Option<String>, Query), ("businessKey" = Option<String>, Query), ("status" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 500)],
     ok = [Vec<ledger::RunSummary>];
     pub async fn list_runs(
@@ -36,7 +36,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    get "/v1/runs/{run_id}", "Run detail with partitions and dispatches (§4.5).",
+    get "/v1/runs/{run_id}", "Run detail with partitions and dispatches.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::RunDetail];
     pub async fn run_detail(
@@ -52,7 +52,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/manifest", "Register the manifest (§4.2).",
+    post "/v1/runs/{run_id}/manifest", "Register the manifest.",
     request_body = [crate::openapi::ManifestBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::ManifestOutcome];
@@ -74,7 +74,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/fail", "Non-partition stage failure (§4.3).",
+    post "/v1/runs/{run_id}/fail", "Non-partition stage failure.",
     request_body = [crate::openapi::RunFailBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::RunFailOutcome];
@@ -96,7 +96,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    get "/v1/runs/{run_id}/events", "Event timeline, oldest first (§4.22).",
+    get "/v1/runs/{run_id}/events", "Event timeline, oldest first.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000)],
     ok = [crate::openapi::EventList];
     pub async fn run_events(

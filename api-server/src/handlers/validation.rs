@@ -2,7 +2,7 @@
 use super::prelude::*;
 
 v1_operation! {
-    post "/v1/runs/{run_id}/validation/start", "Start stage validation; acknowledges the dispatch (§4.9).",
+    post "/v1/runs/{run_id}/validation/start", "Start stage validation; acknowledges the dispatch.",
     request_body = [crate::openapi::ValidationStartBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StartOutcome];
@@ -25,7 +25,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/validations", "Store STAGING or TARGET metrics (§4.10).",
+    post "/v1/runs/{run_id}/validations", "Store STAGING or TARGET metrics.",
     request_body = [crate::openapi::MetricsBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::MetricsRecorded];
@@ -48,7 +48,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    get "/v1/runs/{run_id}/validations", "Stored metrics (§4.21).",
+    get "/v1/runs/{run_id}/validations", "Stored metrics.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [crate::openapi::MetricList];
     pub async fn list_metrics(
@@ -66,7 +66,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/stage-validated", "Judge the STAGING metrics (§4.11); no body.",
+    post "/v1/runs/{run_id}/stage-validated", "Judge the STAGING metrics; no body.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StageVerdict];
     pub async fn stage_validated(
@@ -82,7 +82,7 @@ v1_operation! {
 }
 
 v1_operation! {
-    post "/v1/runs/{run_id}/success", "Judge the TARGET metrics and finish (§4.14).",
+    post "/v1/runs/{run_id}/success", "Judge the TARGET metrics and finish.",
     request_body = [crate::openapi::SuccessBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::SuccessVerdict];

@@ -1,0 +1,83 @@
+//! What a user reads (README, SECURITY, CHANGELOG, docs/, the chart, examples/) refers to nothing
+//! outside the repository: no contract section ("§", "CONTRACT") of a file the user does not
+//! have, and every relative link names a file of the repository.
+use regex::Regex;
+use std::path::{Path, PathBuf};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+/// Every text file a user reads, relative to the repository.
+fn read_by_users() -> Vec<PathBuf> {
+    let root = repo();
+    let mut out: Vec<PathBuf> = ["README.md", "SECURITY.md", "CHANGELOG.md"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    let mut dirs: Vec<PathBuf> = ["docs", "charts", "examples"]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&dir)) else {
+            continue;
+        };
+        for e in entries {
+            let e = e.unwrap();
+            let rel = dir.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                dirs.push(rel);
+            } else if rel.extension().is_some_and(|x| {
+                ["md", "yaml", "yml", "json", "tpl", "txt"].contains(&x.to_str().unwrap())
+            }) {
+                out.push(rel);
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn the_docs_refer_to_nothing_outside_the_repository() {
+    let root = repo();
+    let outside = Regex::new(r"§|\bCONTRACT\b|CONTRACT\.md|\.\./shared|spec/CONTRACT").unwrap();
+    let link = Regex::new(r"\]\(([^)#\s]+)(?:#[^)]*)?\)").unwrap();
+    let files = read_by_users();
+    assert!(files.len() > 20, "{files:?}");
+    let mut bad = vec![];
+    for rel in &files {
+        let text = std::fs::read_to_string(root.join(rel)).unwrap();
+        for (n, line) in text.lines().enumerate() {
+            if let Some(m) = outside.find(line) {
+                bad.push(format!(
+                    "{}:{}: {:?} refers to a file users do not have: {line}",
+                    rel.display(),
+                    n + 1,
+                    m.as_str()
+                ));
+            }
+            if rel.extension().is_some_and(|x| x == "md") {
+                for c in link.captures_iter(line) {
+                    let target = &c[1];
+                    if target.contains("://") || target.starts_with("mailto:") {
+                        continue;
+                    }
+                    let path = root.join(rel).parent().unwrap().join(target);
+                    let inside = path
+                        .canonicalize()
+                        .is_ok_and(|p| p.starts_with(root.canonicalize().unwrap()));
+                    if !inside {
+                        bad.push(format!(
+                            "{}:{}: the link {target} names no file of the repository",
+                            rel.display(),
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    assert!(bad.is_empty(), "{}", bad.join("\n"));
+}
