@@ -69,6 +69,29 @@ pub fn entering(to: RunStatus) -> Entering {
     }
 }
 
+/// The SQL condition "the DEAD dispatch `$d` of the run `$r` raises the DISPATCH_DEAD alert": not
+/// one its run's end settled (its `last_error` one of [`Entering::settled_dispatch_error`], spelled
+/// as patterns so that it implies the predicate of the partial index `ix_load_dispatch_dead_alert`)
+/// and not of a CANCELLED run. The monitor's alert, the LoadJob's `deadDispatches` count and the
+/// history retention's "an operator still has to look at it" all mean this.
+macro_rules! alerting_dead_dispatch {
+    ($d:literal, $r:literal) => {
+        concat!(
+            "(",
+            $d,
+            ".status = 'DEAD' AND COALESCE(",
+            $d,
+            ".last_error, '') NOT LIKE 'run ended: %' \
+             AND COALESCE(",
+            $d,
+            ".last_error, '') <> 'run cancelled' AND ",
+            $r,
+            ".status <> 'CANCELLED')"
+        )
+    };
+}
+pub(crate) use alerting_dead_dispatch;
+
 /// Whether §2.2 has `from` → `to`.
 pub fn allowed(from: RunStatus, to: RunStatus) -> bool {
     RUN_TRANSITIONS.contains(&(from, to))
@@ -146,6 +169,22 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// `alerting_dead_dispatch!` spells the settled markers as patterns: every marker of the table
+    /// must be one of them, or a settled dispatch would raise an alert.
+    #[test]
+    fn every_settled_marker_is_one_the_alert_condition_knows() {
+        for s in RunStatus::ALL {
+            if let Some(m) = entering(*s).settled_dispatch_error {
+                assert!(m.starts_with("run ended: ") || m == "run cancelled", "{m}");
+            }
+        }
+        assert_eq!(
+            alerting_dead_dispatch!("d", "r"),
+            "(d.status = 'DEAD' AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %' \
+             AND COALESCE(d.last_error, '') <> 'run cancelled' AND r.status <> 'CANCELLED')"
+        );
     }
 
     #[test]

@@ -27,23 +27,23 @@ const EVENT_BATCH: i64 = 10_000;
 
 /// A run rule 7 may delete; `$1` is the retention in seconds. Active runs and PUBLISH_UNKNOWN are
 /// never due; nor is a run with a dispatch still in flight (PENDING, SENT) or a DEAD dispatch an
-/// operator still has to look at: one that raises the DISPATCH_DEAD alert (§4.20), i.e. not
-/// settled because its run ended (`run ended: <status>`, `run cancelled`, §2.2) and not of a
-/// CANCELLED run. A resend makes such a dispatch PENDING (still kept); its ACK makes it ACKED.
+/// operator still has to look at: one that raises the DISPATCH_DEAD alert
+/// (`crate::machine::alerting_dead_dispatch`). A resend makes such a dispatch PENDING (still kept); its ACK makes it ACKED.
 /// `now()`, not `clock_timestamp()`, so that the end-time bound is an index condition of
 /// `ix_load_run_cleaned_end`.
 macro_rules! due_run {
     () => {
-        "r.cleaned_at IS NOT NULL \
+        concat!(
+            "r.cleaned_at IS NOT NULL \
          AND COALESCE(r.completed_at, r.heartbeat_at) < now() - make_interval(secs => $1) \
          AND r.status IN ('SUCCESS', 'FAILED_MANIFEST', 'FAILED_EXTRACT', 'FAILED_STAGE_VALIDATION', \
                           'FAILED_PUBLISH', 'FAILED_TARGET_VALIDATION', 'FAILED_SNAPSHOT_EXPIRED', \
                           'TIMED_OUT', 'CANCELLED') \
          AND NOT EXISTS (SELECT 1 FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id \
-               AND (d.status IN ('PENDING', 'SENT') \
-                 OR (d.status = 'DEAD' AND r.status <> 'CANCELLED' \
-                     AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %' \
-                     AND COALESCE(d.last_error, '') <> 'run cancelled')))"
+               AND (d.status IN ('PENDING', 'SENT') OR ",
+            crate::machine::alerting_dead_dispatch!("d", "r"),
+            "))"
+        )
     };
 }
 

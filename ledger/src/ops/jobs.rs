@@ -23,8 +23,8 @@ macro_rules! mirrored_runs_sql {
                     (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'PENDING') AS d_pending, \
                     (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'SENT') AS d_sent, \
                     (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD') AS d_dead, \
-                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND d.status = 'DEAD' AND r.status <> 'CANCELLED' \
-                        AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %') AS d_dead_alerting \
+                    (SELECT count(*) FROM nifi_ops.load_dispatch d WHERE d.run_id = r.run_id AND \
+                        ", crate::machine::alerting_dead_dispatch!("d", "r"), ") AS d_dead_alerting \
                FROM nifi_ops.load_run r \
                JOIN nifi_ops.load_job j ON j.job_key = r.job_key AND j.removed_at IS NULL AND j.source LIKE 'LoadJob/%' \
                LEFT JOIN nifi_ops.load_partition p ON p.run_id = r.run_id \

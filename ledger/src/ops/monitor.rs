@@ -97,8 +97,8 @@ pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
                   d.dispatch_type || ': ' || COALESCE(d.last_error, ''), d.dispatch_id
              FROM nifi_ops.load_dispatch d
             CROSS JOIN LATERAL (SELECT r.run_id, r.job_key, r.business_key, r.status FROM nifi_ops.load_run r
-                                 WHERE r.run_id = d.run_id AND r.status <> 'CANCELLED' LIMIT 1) r
-            WHERE d.status = 'DEAD' AND COALESCE(d.last_error, '') NOT LIKE 'run ended: %'
+                                 WHERE r.run_id = d.run_id LIMIT 1) r
+            WHERE {dead_alerting}
            UNION ALL
            SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
                   COALESCE(r.error_code, '') || ' ' || COALESCE(r.error_message, ''), NULL
@@ -118,7 +118,8 @@ pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
              FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)
          SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
           ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
-          LIMIT $10"
+          LIMIT $10",
+        dead_alerting = crate::machine::alerting_dead_dispatch!("d", "r"),
     )
 });
 
