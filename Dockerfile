@@ -1,6 +1,6 @@
 # load-control image for docker / buildah users: the binaries (api, operator, loadctl), CA
 # certificates, non-root.
-#   docker build -t load-control:0.1.0 .
+#   docker build -t load-control:0.2.0 .
 # scripts/image builds the same filesystem offline (no daemon, no registry) from local binaries:
 # /usr/local/bin/{load-control-api,load-control-operator,loadctl}, /etc/load-control/config.yaml,
 # user 65532.

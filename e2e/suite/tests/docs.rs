@@ -81,3 +81,49 @@ fn the_docs_refer_to_nothing_outside_the_repository() {
     }
     assert!(bad.is_empty(), "{}", bad.join("\n"));
 }
+
+/// The tree says which release it is, in one version everywhere (the crates, the chart's version
+/// and appVersion, hence the image tag), and that version is not one `RELEASES` lists unless the
+/// tree is that release's commit: a node holding the released image would otherwise run it under
+/// this chart.
+#[test]
+fn the_tree_says_which_release_it_is() {
+    let root = repo();
+    let version = env!("CARGO_PKG_VERSION");
+    let chart = std::fs::read_to_string(root.join("charts/load-control/Chart.yaml")).unwrap();
+    assert!(
+        chart.contains(&format!("\nversion: {version}\n"))
+            && chart.contains(&format!("\nappVersion: \"{version}\"\n")),
+        "charts/load-control/Chart.yaml's version and appVersion are not the crates' {version}"
+    );
+    let releases = std::fs::read_to_string(root.join("RELEASES")).unwrap();
+    let released = releases
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split_once(' '))
+        .find(|(v, _)| *v == version);
+    if let Some((_, commit)) = released {
+        let same = std::process::Command::new("git")
+            .current_dir(&root)
+            .args([
+                "diff",
+                "--quiet",
+                commit.trim(),
+                "--",
+                ".",
+                ":(exclude)RELEASES",
+            ])
+            .status()
+            .expect("git");
+        assert!(
+            same.success(),
+            "this tree says {version}, which RELEASES gives as commit {commit}, but it ships \
+             something else: raise the version in Cargo.toml and charts/load-control/Chart.yaml"
+        );
+    }
+    let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
+    assert!(
+        changelog.contains(&format!("\n## {version} ")),
+        "CHANGELOG.md has no section for {version}"
+    );
+}

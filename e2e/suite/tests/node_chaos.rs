@@ -15,7 +15,7 @@ async fn loads_survive_pod_deletions_on_the_node() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(24);
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     let r = Release::prepare("chaos", env!("CARGO_BIN_EXE_nifi-sim")).await;
     // The sweeper every 2 s instead of every minute, so a crashed node's partition is reissued
     // within seconds of going stale. Stale after 10 s: longer than NiFi's retries of one report

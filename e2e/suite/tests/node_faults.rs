@@ -120,7 +120,7 @@ fn availability(summary: &Value) -> (u64, f64) {
 #[tokio::test(flavor = "multi_thread")]
 async fn unreadable_objects_never_take_nifis_api_down() {
     let _serial = ONE_FAULT_AT_A_TIME.lock().await;
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     let r = Release::prepare("unreadable", env!("CARGO_BIN_EXE_nifi-sim")).await;
     r.helm_install_with("install", &tag, &["config.recovery.sweeper_interval=2s"]);
     r.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: faults}\nspec:\n  jobKey: NODE_FAULTS\n");
@@ -316,7 +316,7 @@ async fn fault_release(
 }
 
 async fn install(r: &Release, job_key: &str) {
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     r.helm_install_with("install", &tag, &["config.recovery.sweeper_interval=2s"]);
     apply_loadjob(r, job_key);
 }
@@ -801,7 +801,8 @@ async fn the_previous_release_upgraded_and_rolled_back_under_load() {
         .expect("LC_PREVIOUS_IMAGE_TAG: the previous release's image (scripts/previous-release)");
     let previous_chart = std::env::var("LC_PREVIOUS_CHART")
         .expect("LC_PREVIOUS_CHART: the previous release's chart (scripts/previous-release)");
-    let current = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let current =
+        std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     let _serial = ONE_FAULT_AT_A_TIME.lock().await;
     let r = Release::prepare("upgrade", env!("CARGO_BIN_EXE_nifi-sim")).await;
     let sets = ["config.recovery.sweeper_interval=2s"];
@@ -1108,7 +1109,7 @@ async fn a_second_release_on_the_same_ledger_is_refused_and_takes_over_when_alon
     second.share_ledger_of(&first);
     let mut sim = first.start_simulation(JOB, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
     load_under_way(&first, &mut sim, JOB, 2).await;
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     second.helm_install_unready(&tag, &["config.recovery.sweeper_interval=2s"]);
     // The second release's operators say why they do not lead.
     // `--wait=hookOnly` returns before the ReplicaSet has made the pods.
@@ -1421,7 +1422,7 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         r.node.ip(),
         release::RECEIVER_PORT
     );
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     r.helm_install_with(
         "install",
         &tag,

@@ -19,7 +19,7 @@ async fn ledger_epoch(url: &str) -> (i64, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn user_story_on_a_real_node() {
-    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| "0.1.0".into());
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
     let next_tag = std::env::var("LC_IMAGE_TAG_NEXT")
         .expect("LC_IMAGE_TAG_NEXT: a second image tag for the upgrade (scripts/test)");
     let s = Release::prepare("story", env!("CARGO_BIN_EXE_nifi-sim")).await;
