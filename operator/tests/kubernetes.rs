@@ -940,6 +940,60 @@ async fn helm_install_creates_every_object() {
     assert_eq!(containers, vec!["api-server", "operator"]);
 }
 
+/// Issue 41 item 6: the hook Jobs and the test pod schedule where the release's pods may (a tainted
+/// pool, a node selector, a priority class) and carry the pods' labels and annotations, with
+/// `hooks.podAnnotations` over them (a mesh's sidecar switched off for Jobs only).
+#[test]
+fn hooks_take_the_pods_scheduling_and_metadata() {
+    let out = kubetest::helm_offline()
+        .args(["template", "lc", &chart_dir(), "--namespace", "ns"])
+        .args(["--set", "tolerations[0].key=pool,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule"])
+        .args(["--set", "nodeSelector.pool=batch", "--set", "priorityClassName=high"])
+        .args(["--set", "podAnnotations.team=data", "--set", "podLabels.cost=etl"])
+        .args(["--set-string", "hooks.podAnnotations.sidecar\\.istio\\.io/inject=false"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_yaml::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let mut hooks = 0;
+    for d in &docs {
+        let (kind, name) = (d["kind"].as_str().unwrap_or(""), &d["metadata"]["name"]);
+        let pod = match kind {
+            "Job" | "Deployment" => &d["spec"]["template"],
+            "Pod" => d,
+            _ => continue,
+        };
+        let (meta, spec) = (&pod["metadata"], &pod["spec"]);
+        assert_eq!(spec["tolerations"][0]["key"], "pool", "{kind} {name:?}");
+        assert_eq!(spec["nodeSelector"]["pool"], "batch", "{kind} {name:?}");
+        assert_eq!(spec["priorityClassName"], "high", "{kind} {name:?}");
+        assert_eq!(meta["labels"]["cost"], "etl", "{kind} {name:?}");
+        assert_eq!(meta["annotations"]["team"], "data", "{kind} {name:?}");
+        let inject = &meta["annotations"]["sidecar.istio.io/inject"];
+        if kind == "Deployment" {
+            assert!(
+                inject.is_null(),
+                "the hooks' annotation reached the Deployment"
+            );
+        } else {
+            assert_eq!(inject, "false", "{kind} {name:?}");
+            hooks += 1;
+        }
+    }
+    assert_eq!(
+        hooks, 3,
+        "the migration Job, the uninstall Job and the test pod"
+    );
+}
+
 /// Issue 27 item 1: the migration hook runs before install, upgrade and rollback. A rollback runs
 /// the hooks of the revision it returns to, with that revision's image: the older `migrate` leaves
 /// a newer schema it runs on as it is, and refuses (stopping the rollback before any pod changes)

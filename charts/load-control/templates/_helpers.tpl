@@ -163,3 +163,34 @@ relabelings:
 {{- define "load-control.alertSelector" -}}
 {{ printf "namespace=%q, release=%q" .Release.Namespace .Release.Name }}
 {{- end -}}
+
+{{/*
+A hook Job's or the test pod's scheduling: the pods' own values (priorityClassName, nodeSelector,
+tolerations, affinity as set), so that a hook runs where the release's pods may run (a tainted
+node pool, a dedicated zone). Not the default anti-affinity, which only spreads replicas.
+*/}}
+{{- define "load-control.hookScheduling" -}}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . | quote }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Extra annotations of a hook's pod: podAnnotations, then hooks.podAnnotations over them (e.g.
+`sidecar.istio.io/inject: "false"`, so that a mesh sidecar does not keep a Job from completing).
+*/}}
+{{- define "load-control.hookPodAnnotations" -}}
+{{- $all := merge (deepCopy (.Values.hooks.podAnnotations | default dict)) (deepCopy (.Values.podAnnotations | default dict)) }}
+{{- with $all }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
