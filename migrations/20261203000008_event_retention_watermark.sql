@@ -13,7 +13,5 @@
 -- rule 6 deletes without moving the bound, which only leaves it lower: still a lower bound).
 ALTER TABLE nifi_ops.load_run ADD COLUMN IF NOT EXISTS events_kept_from timestamptz NOT NULL DEFAULT '-infinity';
 
--- The due cleaned runs, oldest bound first: a range of this partial index (uncleaned runs, the
--- majority, are not in it).
-CREATE INDEX IF NOT EXISTS ix_load_run_events_due ON nifi_ops.load_run (events_kept_from, run_id)
-    WHERE cleaned_at IS NOT NULL;
+-- Its index is migration 20261205000022, outside this transaction (a column and its index are
+-- never in one: the index build would hold the ADD COLUMN's ACCESS EXCLUSIVE lock for its scan).

@@ -297,3 +297,107 @@ fn schema_history_names_the_newest_migration() {
     assert_eq!(*SUPPORTED_SCHEMA.start(), SCHEMA_VERSION);
     assert_eq!(*SUPPORTED_SCHEMA.end(), SCHEMA_VERSION + 1);
 }
+
+static CREATE_INDEX: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"^CREATE (?:UNIQUE )?INDEX (CONCURRENTLY )?(?:IF NOT EXISTS )?[\w\x22]* ?ON (?:ONLY )?([\w.\x22]+)",
+    )
+});
+static DROP_INDEX: LazyLock<Regex> = LazyLock::new(|| re(r"^DROP INDEX (CONCURRENTLY )?"));
+static VOLATILE_DEFAULT: LazyLock<Regex> = LazyLock::new(|| {
+    re(
+        r"^ALTER TABLE .*\bADD (?:COLUMN )?.*\bDEFAULT (?:NOW|CLOCK_TIMESTAMP|RANDOM|GEN_RANDOM_UUID)\(",
+    )
+});
+
+/// What in `text` (one migration) blocks NiFi's writes while it runs, on a table it did not create:
+/// an index built or dropped without CONCURRENTLY (SHARE / ACCESS EXCLUSIVE for the whole build or
+/// behind every reader), CONCURRENTLY inside a transaction (refused by PostgreSQL) or beside another
+/// statement (a multi-statement query is one implicit transaction), an ADD COLUMN whose default
+/// rewrites the table.
+fn blocking_forms(text: &str) -> Vec<String> {
+    let no_tx = text.starts_with("-- no-transaction");
+    let stmts = statements(text);
+    let created: BTreeSet<String> = stmts
+        .iter()
+        .filter_map(|s| CREATE_TABLE.captures(s).map(|c| unquoted(&c[1])))
+        .collect();
+    let mut bad = vec![];
+    if no_tx && stmts.len() != 1 {
+        bad.push(format!(
+            "a -- no-transaction migration of {} statements: PostgreSQL runs them as one implicit transaction",
+            stmts.len()
+        ));
+    }
+    for s in &stmts {
+        let concurrently = if let Some(c) = CREATE_INDEX.captures(s) {
+            if created.contains(&unquoted(&c[2])) {
+                continue; // an index of a table this migration creates: empty, nobody waits
+            }
+            c.get(1).is_some()
+        } else if let Some(c) = DROP_INDEX.captures(s) {
+            c.get(1).is_some()
+        } else {
+            if VOLATILE_DEFAULT.is_match(s) {
+                bad.push(format!("a column whose default rewrites the table: {s}"));
+            }
+            continue;
+        };
+        if !concurrently {
+            bad.push(format!(
+                "an index built or dropped without CONCURRENTLY: {s}"
+            ));
+        } else if !no_tx {
+            bad.push(format!(
+                "CONCURRENTLY inside a transaction (no `-- no-transaction` first line): {s}"
+            ));
+        }
+    }
+    bad
+}
+
+/// Issue 40 item 1: every migration since the first release runs online, and the lint sees the
+/// blocking forms it names.
+#[test]
+fn migrations_since_the_first_release_never_block_nifi() {
+    let released = SCHEMA_HISTORY[0].1;
+    let mut failures = vec![];
+    for m in MIGRATOR.iter().filter(|m| m.version > released) {
+        for b in blocking_forms(m.sql.as_str()) {
+            failures.push(format!("{} {}: {b}", m.version, m.description));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "migrations that block NiFi:\n{}",
+        failures.join("\n")
+    );
+
+    // The forms the migrations of 0.2.0 had before they were rewritten, each caught.
+    for (sql, why) in [
+        (
+            "CREATE INDEX IF NOT EXISTS ix ON nifi_ops.load_partition (run_id);",
+            "without CONCURRENTLY",
+        ),
+        ("DROP INDEX IF EXISTS nifi_ops.ix;", "without CONCURRENTLY"),
+        (
+            "CREATE INDEX CONCURRENTLY ix ON nifi_ops.load_run (run_id);",
+            "inside a transaction",
+        ),
+        (
+            "-- no-transaction\nALTER TABLE nifi_ops.load_run ADD COLUMN x int;\nCREATE INDEX CONCURRENTLY ix ON nifi_ops.load_run (x);",
+            "implicit transaction",
+        ),
+        (
+            "ALTER TABLE nifi_ops.load_run ADD COLUMN t timestamptz DEFAULT now();",
+            "rewrites",
+        ),
+    ] {
+        let found = blocking_forms(sql);
+        assert!(found.iter().any(|b| b.contains(why)), "{sql}: {found:?}");
+    }
+    assert!(
+        blocking_forms("CREATE TABLE nifi_ops.t (a int);\nCREATE INDEX ix ON nifi_ops.t (a);")
+            .is_empty()
+    );
+}
