@@ -25,7 +25,8 @@ $LCA_CONFIG, ./config/config.yaml; optional), else http://127.0.0.1:8080. The to
 $LOADCTL_TOKEN, else monitor.token; actions use --operator-token / monitor.operator_token when set.\n\n\
 With --kube the commands runs, run, resolve and cancel work through Kubernetes instead: LoadRuns are read, \
 and actions are written on them (spec.resolution, spec.cancel) for the operator to carry out, so Kubernetes \
-RBAC and audit apply. Installed as `kubectl-loadctl` (the same binary), --kube is the default.\n\n\
+RBAC and audit apply. Installed as `kubectl-loadctl` (the same binary), --kube is the default unless --server \
+is given on its command line ($LOADCTL_SERVER does not switch it).\n\n\
 Exit codes: 0 done, 2 bad usage, 3 refused by the API (its code is printed), 4 not authenticated or not \
 allowed, 5 API unreachable or failing."
 )]
@@ -382,9 +383,12 @@ async fn run(cli: Cli) -> Result<String, Failure> {
 #[tokio::main]
 async fn main() -> ExitCode {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let mut cli = Cli::parse();
+    let matches = <Cli as clap::CommandFactory>::command().get_matches();
+    let mut cli =
+        <Cli as clap::FromArgMatches>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // Installed as the kubectl plugin `kubectl-loadctl`, it works through Kubernetes unless an
-    // API server is named.
+    // API server is named on its command line: $LOADCTL_SERVER, exported for `loadctl` by the
+    // runbook's own set-up, must not switch the plugin silently to the HTTP API.
     let plugin = std::env::args_os()
         .next()
         .and_then(|a| {
@@ -393,8 +397,21 @@ async fn main() -> ExitCode {
                 .map(|f| f == "kubectl-loadctl")
         })
         .unwrap_or(false);
-    if plugin && cli.server.is_none() {
+    let server_named =
+        matches.value_source("server") == Some(clap::parser::ValueSource::CommandLine);
+    if plugin && !server_named {
         cli.kube = true;
+        if let Some(url) = cli.server.as_deref() {
+            eprintln!(
+                "kubectl-loadctl: runs, run, resolve and cancel work through Kubernetes; \
+                 $LOADCTL_SERVER ({url}) serves the other commands only (--server URL for the HTTP API)"
+            );
+        }
+    } else if plugin {
+        eprintln!(
+            "kubectl-loadctl: working through the HTTP API at {} (--server)",
+            cli.server.as_deref().unwrap_or_default()
+        );
     }
     match run(cli).await {
         Ok(text) => {

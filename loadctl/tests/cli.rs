@@ -152,3 +152,42 @@ async fn a_numeric_looking_token_from_the_environment_is_sent_as_written() {
     assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
     assert!(!stdout.trim().is_empty(), "the summary is shown: {stderr}");
 }
+
+/// Issue 42 item 3: as the kubectl plugin, $LOADCTL_SERVER (which the runbook exports for
+/// `loadctl`) does not switch `runs` silently to the HTTP API: it still works through Kubernetes
+/// (here a kubeconfig that does not exist, so the error names Kubernetes, not the URL) and says so;
+/// `--server` on the command line does switch it, and says that too.
+#[test]
+fn the_plugin_says_which_way_it_works_and_ignores_loadctl_server_for_runs() {
+    let dir = std::env::temp_dir().join(format!("loadctl-plugin-{}", Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let plugin = dir.join("kubectl-loadctl");
+    std::fs::copy(env!("CARGO_BIN_EXE_loadctl"), &plugin).unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(&plugin)
+            .args(args)
+            .env("LOADCTL_SERVER", "http://127.0.0.1:9")
+            .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+            .env_remove("LOADCTL_TOKEN")
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let through_kube = run(&["runs"]);
+    assert!(
+        through_kube.contains("work through Kubernetes")
+            && through_kube.contains("http://127.0.0.1:9"),
+        "{through_kube}"
+    );
+    assert!(
+        !through_kube.contains("unreachable"),
+        "the HTTP API was called: {through_kube}"
+    );
+    let through_http = run(&["--server", "http://127.0.0.1:9", "runs"]);
+    assert!(
+        through_http.contains("working through the HTTP API at http://127.0.0.1:9"),
+        "{through_http}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
