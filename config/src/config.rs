@@ -516,13 +516,8 @@ pub struct RecoveryConfig {
     pub sweeper_interval: Dur,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-pub enum RecoveryMode {
-    #[serde(rename = "FAIL")]
-    Fail,
-    #[serde(rename = "REISSUE")]
-    Reissue,
-}
+/// Defined once, in the ledger, which applies it.
+pub use ledger::settings::RecoveryMode;
 
 impl Default for RecoveryConfig {
     fn default() -> Self {
@@ -979,10 +974,7 @@ impl Config {
             run_timeout: self.recovery.run_timeout.0,
             validation_stale: self.recovery.validation_stale.0,
             publish_stale: self.recovery.publish_stale.0,
-            recovery_mode: match self.recovery.mode {
-                RecoveryMode::Fail => ledger::settings::RecoveryMode::Fail,
-                RecoveryMode::Reissue => ledger::settings::RecoveryMode::Reissue,
-            },
+            recovery_mode: self.recovery.mode,
             recovery_max_attempts: self.recovery.max_attempts.min(i32::MAX as u32) as i32,
             dispatch_max_attempts: self.dispatch.max_attempts.min(i32::MAX as u32) as i32,
             backoff_min: self.dispatch.backoff_min.0,

@@ -94,10 +94,26 @@ fn duration_value(v: &Value) -> Option<Duration> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `recovery.mode`: what the sweeper does with a stale partition. The one definition for the
+/// configuration file (which deserializes it) and the job overrides (`parse`); the LoadJob CRD
+/// spells the same two names in its own API type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
 pub enum RecoveryMode {
+    #[serde(rename = "FAIL")]
     Fail,
+    #[serde(rename = "REISSUE")]
     Reissue,
+}
+
+impl RecoveryMode {
+    /// The configuration's spelling, `FAIL` or `REISSUE`.
+    pub fn parse(s: &str) -> Option<RecoveryMode> {
+        match s {
+            "FAIL" => Some(RecoveryMode::Fail),
+            "REISSUE" => Some(RecoveryMode::Reissue),
+            _ => None,
+        }
+    }
 }
 
 /// Every value a job may override (the keys marked "job" in CONTRACT §10.2), effective for one
@@ -306,11 +322,10 @@ pub fn effective(
                 ("recovery", "validation_stale") => t.validation_stale = dur()?,
                 ("recovery", "publish_stale") => t.publish_stale = dur()?,
                 ("recovery", "mode") => {
-                    t.recovery_mode = match v.as_str() {
-                        Some("FAIL") => RecoveryMode::Fail,
-                        Some("REISSUE") => RecoveryMode::Reissue,
-                        _ => return Err(format!("{name} must be FAIL or REISSUE")),
-                    }
+                    t.recovery_mode = v
+                        .as_str()
+                        .and_then(RecoveryMode::parse)
+                        .ok_or_else(|| format!("{name} must be FAIL or REISSUE"))?
                 }
                 ("recovery", "max_attempts") => t.recovery_max_attempts = count()?,
                 ("dispatch", "max_attempts") => t.dispatch_max_attempts = count()?,
