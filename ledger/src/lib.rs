@@ -1,6 +1,9 @@
-//! The load-control ledger: the domain (run, partition and dispatch state machines, manifest
-//! invariants, chunk gate) and the PostgreSQL store that applies it as compare-and-set
-//! transactions. Everything that decides lives here; nothing here knows HTTP or Kubernetes.
+//! The load-control ledger: the domain (the run state machine of `machine`, partition and dispatch
+//! statuses, manifest invariants, the metric judge) and the PostgreSQL store that applies it as
+//! compare-and-set transactions. Every decision is made here or in the server-side functions of
+//! `migrations/` that this crate calls (the chunk report, the gate, a partition's success, the
+//! completion, the claim, the validation start, every status change): docs/architecture.md names
+//! the one place of each rule. Nothing here knows HTTP or Kubernetes.
 pub mod connections;
 pub mod decimal;
 pub mod error;
