@@ -71,7 +71,9 @@ async fn apply_one(conn: &mut PgConnection, prefix: &[Migration]) -> Result<()> 
     let this = prefix.last().expect("a migration");
     let mut migrator = Migrator::with_migrations(prefix.to_vec());
     migrator.set_ignore_missing(true);
-    for attempt in 1.. {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
         drop_invalid_indexes(conn).await?;
         let timeout = if this.no_tx { "0" } else { LOCK_TIMEOUT };
         sqlx::query(sqlx::AssertSqlSafe(format!(
@@ -101,7 +103,6 @@ async fn apply_one(conn: &mut PgConnection, prefix: &[Migration]) -> Result<()> 
             }
         }
     }
-    unreachable!("the loop returns")
 }
 
 /// SQLSTATE 55P03 (lock_not_available): the migration's lock wait reached `lock_timeout`.

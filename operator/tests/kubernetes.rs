@@ -942,27 +942,18 @@ async fn helm_install_creates_every_object() {
 
 /// Issue 41 item 6: the hook Jobs and the test pod schedule where the release's pods may (a tainted
 /// pool, a node selector, a priority class) and carry the pods' labels and annotations, with
-/// `hooks.podAnnotations` over them (a mesh's sidecar switched off for Jobs only).
+/// `hooks.podAnnotations` over them (a mesh's sidecar switched off for Jobs only: Linkerd's
+/// `linkerd.io/inject: disabled`).
 #[test]
 fn hooks_take_the_pods_scheduling_and_metadata() {
-    let out = kubetest::helm_offline()
-        .args(["template", "lc", &chart_dir(), "--namespace", "ns"])
-        .args(["--set", "tolerations[0].key=pool,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule"])
-        .args(["--set", "nodeSelector.pool=batch", "--set", "priorityClassName=high"])
-        .args(["--set", "podAnnotations.team=data", "--set", "podLabels.cost=etl"])
-        .args(["--set-string", "hooks.podAnnotations.sidecar\\.istio\\.io/inject=false"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<serde_yaml::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str(d).ok())
-        .collect();
+    let docs = template_docs(&[
+        "tolerations[0].key=pool,tolerations[0].operator=Exists,tolerations[0].effect=NoSchedule",
+        "nodeSelector.pool=batch",
+        "priorityClassName=high",
+        "podAnnotations.team=data",
+        "podLabels.cost=etl",
+        "hooks.podAnnotations.linkerd\\.io/inject=disabled",
+    ]);
     let mut hooks = 0;
     for d in &docs {
         let (kind, name) = (d["kind"].as_str().unwrap_or(""), &d["metadata"]["name"]);
@@ -977,14 +968,14 @@ fn hooks_take_the_pods_scheduling_and_metadata() {
         assert_eq!(spec["priorityClassName"], "high", "{kind} {name:?}");
         assert_eq!(meta["labels"]["cost"], "etl", "{kind} {name:?}");
         assert_eq!(meta["annotations"]["team"], "data", "{kind} {name:?}");
-        let inject = &meta["annotations"]["sidecar.istio.io/inject"];
+        let inject = &meta["annotations"]["linkerd.io/inject"];
         if kind == "Deployment" {
             assert!(
                 inject.is_null(),
                 "the hooks' annotation reached the Deployment"
             );
         } else {
-            assert_eq!(inject, "false", "{kind} {name:?}");
+            assert_eq!(inject, "disabled", "{kind} {name:?}");
             hooks += 1;
         }
     }
