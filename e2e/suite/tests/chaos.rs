@@ -180,3 +180,54 @@ async fn a_slow_and_refusing_pg05_still_gets_every_dispatch() {
     );
     sys.stop();
 }
+
+/// PG-90 for a publish claim that never got an answer (docs/nifi.md): one claim landed and its
+/// answer was lost, one never reached the api-server. Nothing was published, so the flow says so:
+/// the landed one by its own token's FAILED_PUBLISH result, the other (409
+/// `PUBLISH_TOKEN_MISMATCH`) by failing the run STAGING_VALIDATED → FAILED_PUBLISH. Neither run
+/// is left in STAGING_VALIDATED for a person.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unanswered_publish_claim_ends_the_run_as_failed_publish() {
+    let sys = System::start("claimlost").await.expect("standalone system");
+    let sim = sys.simulate(
+        SIM,
+        "CLAIM_LOST_JOB",
+        &[
+            "--runs",
+            "3",
+            "--concurrent-runs",
+            "1",
+            "--partitions",
+            "2",
+            "--chunks",
+            "2",
+            "--unanswered-publish-claims",
+            "2",
+            "--run-timeout",
+            "30",
+        ],
+    );
+    let summary = sim_summary(sim).await;
+    let why = e2e::nifi::what_went_wrong(&summary);
+    assert_eq!(summary["final_status"]["FAILED_PUBLISH"], 2, "{why}");
+    assert_eq!(summary["final_status"]["SUCCESS"], 1, "{why}");
+    assert_eq!(summary["anomalies"], json!([]), "{why}");
+    let report = checked(&sys.db_url, "CLAIM_LOST_JOB").await;
+    assert!(report.violations.is_empty(), "{:#?}", report.violations);
+    let mut conn = sqlx::PgConnection::connect(&sys.db_url).await.unwrap();
+    let failed: Vec<(bool, Option<String>, Option<String>)> = sqlx::query_as(
+        "SELECT publish_token IS NOT NULL, error_stage, error_code FROM nifi_ops.load_run
+          WHERE job_key = 'CLAIM_LOST_JOB' AND status = 'FAILED_PUBLISH' ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let stage = Some("PUBLISH".to_string());
+    let code = Some("NIFI_RETRIES_EXHAUSTED".to_string());
+    assert_eq!(
+        failed,
+        vec![(false, stage.clone(), code.clone()), (true, stage, code)],
+        "one failed by /fail (never claimed), one by its claim's token"
+    );
+    sys.stop();
+}

@@ -129,6 +129,10 @@ struct RunArgs {
     /// The first N publishes report PUBLISH_UNKNOWN.
     #[arg(long, default_value_t = 0)]
     publish_unknown_runs: usize,
+    /// The first N publish claims get no answer at all, even after PG-90's resends (the odd ones
+    /// landed first): PG-90 then reports FAILED_PUBLISH (docs/nifi.md).
+    #[arg(long, default_value_t = 0)]
+    unanswered_publish_claims: usize,
     /// PG-05 answers each dispatch after this delay.
     #[arg(long, default_value_t = 0)]
     pg05_delay_ms: u64,
@@ -240,6 +244,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         nodes: a.nodes,
         run_timeout: Duration::from_secs(a.run_timeout),
         publish_unknown_runs: a.publish_unknown_runs,
+        unanswered_publish_claims: a.unanswered_publish_claims,
         pg90_budget: Duration::from_secs(a.pg90_budget),
         stop_file: a.stop_file,
         ..Plan::default()

@@ -29,6 +29,10 @@ pub struct Plan {
     pub run_timeout: Duration,
     /// This many runs (the first ones) report PUBLISH_UNKNOWN, besides the random fault.
     pub publish_unknown_runs: usize,
+    /// This many runs (the first to publish) never get an answer to their publish claim, neither
+    /// to NiFi's retries nor to PG-90's resends: odd ones after the claim landed (the answer
+    /// lost), even ones before it reached the api-server.
+    pub unanswered_publish_claims: usize,
     /// PG-90's own retry budget for a call whose NiFi retries ran out (docs/nifi.md): it is sent
     /// again every 2 s for this long before the flow reports the failure instead.
     pub pg90_budget: Duration,
@@ -51,6 +55,7 @@ impl Default for Plan {
             hdfs_root: "/data/nifi/stage/".into(),
             run_timeout: Duration::from_secs(120),
             publish_unknown_runs: 0,
+            unanswered_publish_claims: 0,
             pg90_budget: Duration::from_secs(120),
             stop_file: None,
         }
@@ -106,6 +111,8 @@ struct Shared {
     /// Owners that crashed mid-partition: (run, partition) → their claim token.
     crashed: Mutex<HashMap<(Uuid, String), Uuid>>,
     publish_unknown_left: AtomicUsize,
+    /// Publish claims still to leave unanswered, counting down (`Plan::unanswered_publish_claims`).
+    unanswered_claims_left: AtomicUsize,
     requests: AtomicUsize,
     work: mpsc::UnboundedSender<PartitionTask>,
 }
@@ -207,6 +214,28 @@ impl Shared {
         self.anomaly(format!("PG-90 could not report the failure of {run}"));
     }
 
+    /// PG-90 for a publish claim that never got an answer: the INSERT OVERWRITE was not started,
+    /// so the run failed to publish. The claim's own token reports it when the claim landed; a
+    /// 409 `PUBLISH_TOKEN_MISMATCH` says it did not, and the run is failed instead.
+    async fn fail_unstarted_publish(&self, run: Uuid, token: Uuid) {
+        let body = json!({"publishToken": token, "outcome": "FAILED_PUBLISH", "errorCode": "NIFI_RETRIES_EXHAUSTED",
+                          "message": "NiFi gave up on the publish claim after its retries; nothing was published"});
+        match self
+            .post_or_resend(&format!("/v1/runs/{run}/publish/result"), body)
+            .await
+        {
+            Some(a) if a.ok() => {}
+            Some(a) if a.status == 409 && a.code() == "PUBLISH_TOKEN_MISMATCH" => {
+                self.fail_run(run, "STAGING_VALIDATED", "FAILED_PUBLISH", "PUBLISH")
+                    .await
+            }
+            // 409 otherwise: another claimant holds the publish or the run ended; not ours.
+            Some(a) if a.status == 409 => {}
+            Some(a) => self.anomaly(format!("PG-90 publish fail {run}: {} {}", a.status, a.body)),
+            None => {}
+        }
+    }
+
     /// PG-90 for the STAGE_VALIDATION failing stage: STAGE_VALIDATING → FAILED_STAGE_VALIDATION.
     async fn fail_stage_validation(&self, run: Uuid) {
         self.fail_run(
@@ -267,6 +296,7 @@ impl Simulation {
             api,
             faults,
             publish_unknown_left: AtomicUsize::new(plan.publish_unknown_runs),
+            unanswered_claims_left: AtomicUsize::new(plan.unanswered_publish_claims),
             plan,
             anomalies: Mutex::default(),
             gave_up: Mutex::default(),
@@ -603,17 +633,31 @@ async fn validate_and_publish(sh: &Shared, run: Uuid, dispatch: Uuid) {
         return;
     }
     sh.ack(json!({"kind": "stage_validated", "runId": run}));
-    // PG-50. A claim without an answer is left to the sweeper (PUBLISHING → PUBLISH_UNKNOWN
-    // after recovery.publish_stale): whether it was taken cannot be known here.
+    // PG-50. A claim is safe to send again with its token (the same token answers claimed=true
+    // once it landed); PG-90 does so for its budget. Nothing was published before the claim's
+    // answer, so when the budget runs out too the outcome is known: FAILED_PUBLISH.
     let token = Uuid::new_v4();
-    let Some(claim) = sh
-        .post_ok(
-            &format!("/v1/runs/{run}/publish/claim"),
-            json!({"publishToken": token}),
-        )
+    let path = format!("/v1/runs/{run}/publish/claim");
+    if let Ok(left) =
+        sh.unanswered_claims_left
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+    {
+        // The injected outage of this claim: no answer, whether or not it landed.
+        if left % 2 == 1 {
+            sh.requests.fetch_add(1, Ordering::Relaxed);
+            let _lost = sh.api.post(&path, json!({"publishToken": token})).await;
+        }
+        return sh.fail_unstarted_publish(run, token).await;
+    }
+    let claim = match sh
+        .post_or_resend(&path, json!({"publishToken": token}))
         .await
-    else {
-        return;
+    {
+        None => return sh.fail_unstarted_publish(run, token).await,
+        Some(a) if !a.ok() => {
+            return sh.anomaly(format!("POST {path}: {} {}", a.status, a.body));
+        }
+        Some(a) => a,
     };
     if !claim.flag("claimed") {
         return;
