@@ -4,10 +4,14 @@ use crate::error::{LedgerError, Result};
 use crate::schema::{SCHEMA_VERSION, SUPPORTED_SCHEMA, SchemaMismatch, read_version};
 use sqlx::Connection;
 use sqlx::migrate::{MigrateError, Migration, Migrator};
-use sqlx::postgres::PgConnection;
+use sqlx::postgres::{PgConnectOptions, PgConnection};
+use std::str::FromStr;
 use std::time::Duration;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
+
+/// `application_name` of the migrating session.
+pub const APPLICATION_NAME: &str = "load-control migrate";
 
 /// Who `migrate` says wrote the schema version.
 const WRITTEN_BY: &str = concat!("load-control ", env!("CARGO_PKG_VERSION"));
@@ -23,7 +27,10 @@ const WRITTEN_BY: &str = concat!("load-control ", env!("CARGO_PKG_VERSION"));
 /// changes nothing. One that does not run on it is refused before anything is applied, with
 /// `SchemaUnsupported` naming both versions.
 pub async fn run_migrations(url: &str) -> Result<i32> {
-    let mut conn = PgConnection::connect(url).await?;
+    // Named apart from the serving pool's "load-control": an operator (or the upgrade test)
+    // tells the migration's lock waits from NiFi's in pg_stat_activity.
+    let options = PgConnectOptions::from_str(url)?.application_name(APPLICATION_NAME);
+    let mut conn = PgConnection::connect_with(&options).await?;
     // Polled, not waited for: a session waiting in `pg_advisory_lock` is a transaction in flight,
     // which a CREATE INDEX CONCURRENTLY of the holder waits for, while it waits for the holder's
     // lock (a deadlock, seen with four migrators at once).

@@ -3,3 +3,4 @@ pub mod client;
 pub mod dashboard;
 pub mod kube_mode;
 pub mod render;
+pub mod resend;

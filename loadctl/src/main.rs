@@ -96,8 +96,29 @@ enum Command {
         #[arg(long)]
         reason: String,
     },
-    /// Send a dispatch again (DEAD or SENT).
-    Resend { run_id: String, dispatch_id: String },
+    /// Send a dispatch again (DEAD or SENT): one by its ids, or with --all-dead every DEAD
+    /// dispatch the monitor alerts on (after a NiFi outage longer than the dispatcher's retries),
+    /// narrowed by --job and --since; --dry-run lists them and sends nothing.
+    #[command(group(clap::ArgGroup::new("which").required(true).args(["dispatch_id", "all_dead"])))]
+    Resend {
+        #[arg(requires = "dispatch_id")]
+        run_id: Option<String>,
+        #[arg(requires = "run_id")]
+        dispatch_id: Option<String>,
+        /// Every DEAD dispatch of the monitor's DISPATCH_DEAD alerts (runs still waiting for one).
+        #[arg(long, conflicts_with = "run_id")]
+        all_dead: bool,
+        /// With --all-dead: only this job's.
+        #[arg(long, requires = "all_dead")]
+        job: Option<String>,
+        /// With --all-dead: only those that went DEAD since then: an RFC 3339 time
+        /// (2026-12-05T02:00:00Z) or a duration back from now (90m, 6h, 2d).
+        #[arg(long, requires = "all_dead", value_name = "TIME")]
+        since: Option<String>,
+        /// With --all-dead: list what would be sent, send nothing.
+        #[arg(long, requires = "all_dead")]
+        dry_run: bool,
+    },
     /// Cancel a run that has not started publishing.
     Cancel {
         run_id: String,
@@ -324,9 +345,38 @@ async fn run(cli: Cli) -> Result<String, Failure> {
             out(&r, render::change)
         }
         Command::Resend {
+            all_dead: true,
+            job,
+            since,
+            dry_run,
+            ..
+        } => {
+            let since = since
+                .map(|t| loadctl::resend::parse_since(&t, chrono::Utc::now()))
+                .transpose()
+                .map_err(Failure::Usage)?;
+            let selection = loadctl::resend::Selection {
+                job,
+                since,
+                dry_run,
+            };
+            let r = loadctl::resend::resend_dead(&api, &selection).await?;
+            let text = out(&r, render::resent_in_bulk);
+            if r["failed"].as_u64().unwrap_or(0) > 0 {
+                return Err(Failure::Unavailable(format!(
+                    "{text}\n{} of {} could not be sent (the API failed); run the command again",
+                    r["failed"], r["matched"]
+                )));
+            }
+            text
+        }
+        Command::Resend {
             run_id,
             dispatch_id,
+            ..
         } => {
+            let (run_id, dispatch_id) =
+                (run_id.unwrap_or_default(), dispatch_id.unwrap_or_default());
             let r = api
                 .act(
                     &format!("/v1/runs/{run_id}/dispatches/{dispatch_id}/resend"),

@@ -239,6 +239,45 @@ pub fn resent(v: &Value) -> String {
     )
 }
 
+/// `resend --all-dead`: one line per dispatch, then the counts.
+pub fn resent_in_bulk(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = rows(&v["dispatches"], |d| {
+        vec![
+            s(&d["runId"]),
+            s(&d["dispatchId"]),
+            s(&d["jobKey"]),
+            s(&d["deadAt"]),
+            s(&d["result"]),
+        ]
+    });
+    let mut out = if rows.is_empty() {
+        "no DEAD dispatch matches".to_string()
+    } else {
+        table(
+            &["RUN ID", "DISPATCH ID", "JOB", "DEAD SINCE", "RESULT"],
+            rows,
+        )
+    };
+    if v["dryRun"] == true {
+        out.push_str(&format!(
+            "\n{} would be sent again (dry run: nothing sent)",
+            s(&v["matched"])
+        ));
+        if v["moreThanShown"] == true {
+            out.push_str("; the monitor shows 500 alerts at most, so there may be more");
+        }
+    } else {
+        out.push_str(&format!(
+            "\n{} matched: {} resent, {} refused, {} failed",
+            s(&v["matched"]),
+            s(&v["resent"]),
+            s(&v["refused"]),
+            s(&v["failed"])
+        ));
+    }
+    out
+}
+
 pub fn summary(v: &Value) -> String {
     let mut out = vec![
         format!("Active runs:  {}", counts(&v["activeRuns"], ", ")),

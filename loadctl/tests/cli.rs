@@ -191,3 +191,119 @@ fn the_plugin_says_which_way_it_works_and_ignores_loadctl_server_for_runs() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// After a NiFi outage every dispatch is DEAD: `resend --all-dead` sends them again in one
+/// command, narrowed by job and time, and `--dry-run` lists them without sending.
+#[tokio::test(flavor = "multi_thread")]
+async fn dead_dispatches_resent_in_bulk() {
+    let api = Api::start().await;
+    let mut runs = vec![];
+    for (job, bk, dead_for) in [
+        ("BULK_A", "2026-12-01", "3 hours"),
+        ("BULK_A", "2026-12-02", "3 hours"),
+        ("BULK_A", "2026-12-03", "10 minutes"),
+        ("BULK_B", "2026-12-03", "10 minutes"),
+    ] {
+        let run = api.extracted_run(job, bk).await;
+        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&api.db.url)
+            .await
+            .unwrap();
+        // What the dispatcher leaves after its last attempt failed.
+        sqlx::query(sqlx::AssertSqlSafe(format!(
+            "UPDATE nifi_ops.load_dispatch SET status = 'DEAD', attempt_count = 20, \
+                    last_error = 'HTTP 503 from PG-05', next_attempt_at = now() - interval '{dead_for}' \
+              WHERE run_id = $1::uuid"
+        )))
+        .bind(&run)
+        .execute(&mut c)
+        .await
+        .unwrap();
+        runs.push(run);
+    }
+    let statuses = || async {
+        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&api.db.url)
+            .await
+            .unwrap();
+        let mut out = vec![];
+        for run in &runs {
+            let (st,): (String,) =
+                sqlx::query_as("SELECT status FROM nifi_ops.load_dispatch WHERE run_id = $1::uuid")
+                    .bind(run)
+                    .fetch_one(&mut c)
+                    .await
+                    .unwrap();
+            out.push(st);
+        }
+        out
+    };
+
+    // A dry run of the last hour's BULK_A: the one, listed; nothing sent.
+    let (code, out, err) = api.loadctl(
+        OPS,
+        &[
+            "resend",
+            "--all-dead",
+            "--job",
+            "BULK_A",
+            "--since",
+            "1h",
+            "--dry-run",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&runs[2]) && !out.contains(&runs[0]) && !out.contains(&runs[3]),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 would be sent again (dry run: nothing sent)"),
+        "{out}"
+    );
+    assert_eq!(statuses().await, ["DEAD", "DEAD", "DEAD", "DEAD"]);
+
+    // A NiFi token may read but not act: exit 4 at the first resend, nothing sent.
+    let (code, _, err) = api.loadctl(NIFI, &["resend", "--all-dead"]);
+    assert_eq!(code, 4, "{err}");
+    assert!(err.contains("no permission"), "{err}");
+    assert_eq!(statuses().await, ["DEAD", "DEAD", "DEAD", "DEAD"]);
+
+    // Every BULK_A one.
+    let (code, out, err) = api.loadctl(OPS, &["resend", "--all-dead", "--job", "BULK_A"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("3 matched: 3 resent, 0 refused, 0 failed"),
+        "{out}"
+    );
+    assert_eq!(statuses().await, ["PENDING", "PENDING", "PENDING", "DEAD"]);
+
+    // The rest, as JSON.
+    let (code, out, err) = api.loadctl(OPS, &["resend", "--all-dead", "-o", "json"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (r["matched"].clone(), r["resent"].clone()),
+        (json!(1), json!(1)),
+        "{r}"
+    );
+    assert_eq!(r["dispatches"][0]["runId"], runs[3].as_str());
+    assert_eq!(statuses().await, ["PENDING"; 4]);
+
+    // Nothing left.
+    let (code, out, _) = api.loadctl(OPS, &["resend", "--all-dead"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("no DEAD dispatch matches"), "{out}");
+
+    // Usage mistakes: exit 2, saying what is wrong.
+    for (args, says) in [
+        (&["resend"][..], "required"),
+        (
+            &["resend", "--all-dead", "--since", "yesterday"][..],
+            "--since",
+        ),
+        (&["resend", "--job", "BULK_A"][..], "--all-dead"),
+    ] {
+        let (code, _, err) = api.loadctl(OPS, args);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

@@ -158,6 +158,7 @@ async fn every_alert_queries_exposed_metrics_and_links_its_runbook_section() {
             "--set",
             "prometheusRule.enabled=true",
         ])
+        .args(["-f", &kubetest::required_values()])
         .args([
             "--set",
             "prometheusRule.labels.release=kube-prometheus-stack",

@@ -607,7 +607,14 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
 /// `helm template` of the chart with one `--set` that the chart must refuse: helm's output.
 fn template_refused(set: &str) -> std::process::Output {
     kubetest::helm_offline()
-        .args(["template", "lc", &chart_dir(), "--set", set])
+        .args([
+            "template",
+            "lc",
+            &chart_dir(),
+            "-f",
+            &kubetest::required_values(),
+        ])
+        .args(["--set", set])
         .output()
         .unwrap()
 }
@@ -626,6 +633,7 @@ fn release_template_docs(release: &str, sets: &[&str]) -> Vec<serde_yaml::Value>
 
 fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
     helm.args(["template", release, &chart_dir(), "--namespace", ns]);
+    helm.args(["-f", &kubetest::required_values()]);
     for set in sets {
         helm.args(["--set", set]);
     }
@@ -641,7 +649,11 @@ fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&s
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
     let c = cluster().await;
-    let lint = c.cp.helm().args(["lint", &chart_dir()]).output().unwrap();
+    let lint =
+        c.cp.helm()
+            .args(["lint", &chart_dir(), "-f", &kubetest::required_values()])
+            .output()
+            .unwrap();
     assert!(
         lint.status.success(),
         "{}",
@@ -816,6 +828,7 @@ async fn helm_install_creates_every_object() {
     let single = cp
         .helm()
         .args(["template", "lc", &chart_dir(), "--set", "replicaCount=1"])
+        .args(["-f", &kubetest::required_values()])
         .output()
         .unwrap();
     assert!(!String::from_utf8_lossy(&single.stdout).contains("kind: PodDisruptionBudget"));
@@ -829,12 +842,43 @@ async fn helm_install_creates_every_object() {
             "--set",
             "config.server.port=9999",
         ])
+        .args(["-f", &kubetest::required_values()])
         .output()
         .unwrap();
     assert!(!clash.status.success());
     assert!(
         String::from_utf8_lossy(&clash.stderr)
             .contains("config.server.port must not be set: the chart sets it from api.port")
+    );
+    // Without the values that have no default, `helm install` is refused before anything is
+    // created, naming what to set.
+    let bare = cp
+        .helm()
+        .args([
+            "install",
+            "lc",
+            &chart_dir(),
+            "--namespace",
+            &ns,
+            "--no-hooks",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !bare.status.success(),
+        "installed without its required values"
+    );
+    let said = String::from_utf8_lossy(&bare.stderr);
+    assert!(said.contains("is required"), "{said}");
+    let listed = cp
+        .helm()
+        .args(["list", "--namespace", &ns, "--all", "-q"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&listed.stdout).trim(),
+        "",
+        "a release was recorded"
     );
     // The real install, hooks included, runs on the real node (e2e/suite/tests/user_story.rs); the
     // API server alone has no node to run the hook's pod.
@@ -851,6 +895,7 @@ async fn helm_install_creates_every_object() {
             "--set",
             "networkPolicy.enabled=true",
         ])
+        .args(["-f", &kubetest::required_values()])
         .output()
         .unwrap();
     assert!(
@@ -899,6 +944,7 @@ async fn helm_install_creates_every_object() {
             &other,
             "--no-hooks",
         ])
+        .args(["-f", &kubetest::required_values()])
         .output()
         .unwrap();
     assert!(
@@ -1440,6 +1486,7 @@ fn the_signing_keys_come_from_their_secret_into_the_operator_only() {
                 "--set",
                 set,
             ])
+            .args(["-f", &kubetest::required_values()])
             .output()
             .unwrap();
         assert!(!refused.status.success(), "{set}");
@@ -2447,6 +2494,7 @@ async fn crashed_kubernetes_tasks_are_restarted_and_the_mirror_follows_the_ledge
 fn monitoring_render(release: &str, sets: &[&str]) -> Result<Vec<serde_yaml::Value>, String> {
     let mut helm = kubetest::helm_offline();
     helm.args(["template", release, &chart_dir(), "--namespace", "ns"]);
+    helm.args(["-f", &kubetest::required_values()]);
     for set in sets {
         helm.args(["--set", set]);
     }
@@ -2949,4 +2997,56 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
     );
     c.wait_phase(run, "CANCELLED").await;
     op.stop().await.unwrap();
+}
+
+/// Issue 42 item 4: the values with no default. Each one missing (the others given) refuses the
+/// install with a message naming it and what to set; all three given, the chart renders.
+#[test]
+fn the_chart_refuses_an_install_without_its_required_values() {
+    let required = [
+        (
+            "database.existingSecret=lc-db",
+            "database.existingSecret is required: the name of a Secret",
+        ),
+        (
+            "auth.existingSecret=lc-tokens",
+            "auth.existingSecret is required: the name of a Secret",
+        ),
+        (
+            "config.nifi.receiver_url=https://nifi-0.nifi.svc:9443",
+            "config.nifi.receiver_url is required: NiFi PG-05's scheme, host and port",
+        ),
+    ];
+    let render = |sets: &[&str]| {
+        let mut helm = kubetest::helm_offline();
+        helm.args(["template", "lc", &chart_dir(), "--namespace", "ns"]);
+        for set in sets {
+            helm.args(["--set", set]);
+        }
+        helm.output().unwrap()
+    };
+    for (missing, says) in required {
+        let others: Vec<&str> = required
+            .iter()
+            .map(|(set, _)| *set)
+            .filter(|set| *set != missing)
+            .collect();
+        let out = render(&others);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "rendered without {missing}");
+        assert!(stderr.contains(says), "without {missing}: {stderr}");
+    }
+    let all: Vec<&str> = required.iter().map(|(set, _)| *set).collect();
+    let out = render(&all);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A malformed URL is the schema's to refuse.
+    let mut bad = all.clone();
+    bad[2] = "config.nifi.receiver_url=nifi-0:9443";
+    let out = render(&bad);
+    assert!(!out.status.success(), "a URL without a scheme rendered");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("receiver_url"));
 }

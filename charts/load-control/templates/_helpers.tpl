@@ -44,7 +44,7 @@ app.kubernetes.io/component: server
 {{- define "load-control.databaseEnv" -}}
 - name: DATABASE_URL
   valueFrom:
-    secretKeyRef: {name: {{ .Values.database.existingSecret | required "database.existingSecret is required" }}, key: {{ .Values.database.urlKey }}}
+    secretKeyRef: {name: {{ .Values.database.existingSecret | required "database.existingSecret is required: the name of a Secret in the release's namespace holding the ledger's PostgreSQL URL under database.urlKey (DATABASE_URL), e.g. kubectl create secret generic lc-db --from-literal=DATABASE_URL=postgres://USER:PASS@HOST:5432/DB, then --set database.existingSecret=lc-db" }}, key: {{ .Values.database.urlKey }}}
 {{- with .Values.database.tls }}
 {{- if .sslMode }}
 - name: PGSSLMODE
@@ -142,6 +142,9 @@ seccompProfile: {type: RuntimeDefault}
 {{- end -}}
 {{- $nifi := get $config "nifi" | default dict -}}
 {{- $receiver := get $nifi "receiver_url" | default "" | toString -}}
+{{- if not $receiver -}}
+{{- fail "config.nifi.receiver_url is required: NiFi PG-05's scheme, host and port, where the operator sends VALIDATE_RUN and REISSUE_PARTITION (e.g. --set config.nifi.receiver_url=https://nifi-0.nifi.svc:9443). There is no default: a made-up address would install and then retry every dispatch for about 70 minutes before it went DEAD" -}}
+{{- end -}}
 {{- if and (regexMatch "^https?://[^/?#]+/[^?#]*[^/?#][^?#]*$" $receiver) (not (get $nifi "receiver_path_allowed")) -}}
 {{- $origin := regexFind "^https?://[^/?#]+" $receiver -}}
 {{- fail (printf "config.nifi.receiver_url %s has a path: NiFi's PG-05 answers only /validate/<jobKey> and /reissue/<jobKey> (404 under a prefix, and a 404 makes every dispatch DEAD at once). Set config.nifi.receiver_url=%s, or config.nifi.receiver_path_allowed=true when a proxy in front of NiFi strips the path" $receiver $origin) -}}

@@ -49,6 +49,15 @@ fn go_mod_version(go_mod: &str, module: &str) -> Option<String> {
 /// Where `scripts/controlplane-build` put the binaries.
 /// `helm` for rendering only (`helm template`, `install --dry-run=client`): no control plane, its
 /// homes in the temporary directory.
+/// The chart's required values (`examples/values-required.yaml`): a `-f` for every `helm
+/// template`, `lint` and `install` of the tests that is not about those values.
+pub fn required_values() -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/values-required.yaml")
+        .to_string_lossy()
+        .into_owned()
+}
+
 pub fn helm_offline() -> Command {
     let mut helm = Command::new(bin_dir().expect("the control-plane binaries").join("helm"));
     for home in ["CACHE", "CONFIG", "DATA"] {

@@ -2,6 +2,7 @@
 //! against ([`node`]).
 pub mod bench;
 pub mod check;
+pub mod lock_watch;
 pub mod nifi;
 pub mod node;
 pub mod oracle;

@@ -87,9 +87,9 @@ impl Api {
         s
     }
 
-    /// A run walked by hand to PUBLISH_UNKNOWN.
-    pub async fn publish_unknown_run(&self, bk: &str) -> String {
-        let created = self.post("/v1/runs", json!({"jobKey": "CLI_JOB", "businessKey": bk, "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    /// A run of `job` walked by hand to EXTRACTED_VALIDATED: its VALIDATE_RUN dispatch waits.
+    pub async fn extracted_run(&self, job: &str, bk: &str) -> String {
+        let created = self.post("/v1/runs", json!({"jobKey": job, "businessKey": bk, "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
         let run = created["runId"].as_str().unwrap().to_string();
         self.post(&format!("/v1/runs/{run}/manifest"), json!({"snapshotScn": "1", "sourceCount": "5", "plannedPartitionCount": "1",
             "partitions": [{"partitionId": "0000", "lowerBound": "0", "upperBound": "9", "upperInclusive": "true", "expectedRowCount": "5"}]})).await;
@@ -101,6 +101,12 @@ impl Api {
         .await;
         self.post(&format!("/v1/runs/{run}/partitions/0000/chunks"), json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 1,
             "hdfsPath": format!("{}/p/0.parquet", created["hdfsRunPath"].as_str().unwrap()), "recordCount": 5})).await;
+        run
+    }
+
+    /// A run walked by hand to PUBLISH_UNKNOWN.
+    pub async fn publish_unknown_run(&self, bk: &str) -> String {
+        let run = self.extracted_run("CLI_JOB", bk).await;
         let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&self.db.url)
             .await
             .unwrap();

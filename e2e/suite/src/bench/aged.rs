@@ -115,17 +115,24 @@ async fn sizes(b: &Bench) -> anyhow::Result<Value> {
 
 /// `VACUUM ANALYZE` of the ledger, as autovacuum leaves a table that stopped changing.
 async fn vacuum(b: &Bench) -> anyhow::Result<()> {
+    vacuum_ledger(&mut b.db().await?).await
+}
+
+/// `VACUUM (ANALYZE)` of the ledger's tables: what autovacuum would have done on a ledger that
+/// grew over a year.
+pub async fn vacuum_ledger(db: &mut sqlx::PgConnection) -> anyhow::Result<()> {
     sqlx::raw_sql(
         "VACUUM (ANALYZE) nifi_ops.load_run, nifi_ops.load_partition, nifi_ops.load_file, \
                    nifi_ops.load_validation, nifi_ops.load_dispatch, nifi_ops.load_event",
     )
-    .execute(&mut b.db().await?)
+    .execute(db)
     .await?;
     Ok(())
 }
 
-/// Fills the ledger to its age in one transaction; `{scenario: aged_fill, …}`.
-pub async fn fill(b: &Bench, a: &AgedSizes) -> anyhow::Result<Value> {
+/// Writes `aged_fill.sql` at these sizes in one transaction (the tables as every release since
+/// 0.1.0 has them): the fill of the aged benchmark and of the upgrade at age.
+pub async fn fill_ledger(db: &mut sqlx::PgConnection, a: &AgedSizes) -> anyhow::Result<()> {
     anyhow::ensure!(
         a.runs > 0 && a.partitions > 0 && a.files > 0 && a.days > 0,
         "the aged ledger needs at least one run, partition, file and day"
@@ -135,12 +142,18 @@ pub async fn fill(b: &Bench, a: &AgedSizes) -> anyhow::Result<Value> {
         .replace("__PARTS__", &a.partitions.to_string())
         .replace("__FILES__", &a.files.to_string())
         .replace("__DAYS__", &a.days.to_string());
-    let t0 = Instant::now();
-    let mut db = b.db().await?;
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!("BEGIN;\n{sql}\nCOMMIT;")))
-        .execute(&mut db)
+        .execute(db)
         .await
         .context("the aged fill")?;
+    Ok(())
+}
+
+/// Fills the ledger to its age in one transaction; `{scenario: aged_fill, …}`.
+pub async fn fill(b: &Bench, a: &AgedSizes) -> anyhow::Result<Value> {
+    let t0 = Instant::now();
+    let mut db = b.db().await?;
+    fill_ledger(&mut db, a).await?;
     let fill_s = t0.elapsed().as_secs_f64();
     let t1 = Instant::now();
     vacuum(b).await?;

@@ -199,10 +199,19 @@ SELECT gen_random_uuid(), now() - make_interval(secs => __DAYS__ * 86400.0 * j /
 -- left, a day before now. Left at its default (-infinity), every cleaned run of the year would be
 -- due at once and rule 6 would spend the aged measurement's ticks catching up a thousand runs at
 -- a time: the one-off cost of the upgrade that added the column, not a year's steady state.
-UPDATE nifi_ops.load_run r
-   SET events_kept_from = COALESCE((SELECT min(e.event_time) FROM nifi_ops.load_event e WHERE e.run_id = r.run_id),
-                                   now() - interval '1 day')
- WHERE r.cleaned_at IS NOT NULL;
+-- A ledger of 0.1.0's schema (the upgrade at age) has no such column: the upgrade adds it at its
+-- default, and the first ticks after it catch up, as they would on a real 0.1.0 ledger.
+DO $fill$
+BEGIN
+    IF EXISTS (SELECT 1 FROM information_schema.columns WHERE table_schema = 'nifi_ops'
+                  AND table_name = 'load_run' AND column_name = 'events_kept_from') THEN
+        UPDATE nifi_ops.load_run r
+           SET events_kept_from = COALESCE((SELECT min(e.event_time) FROM nifi_ops.load_event e WHERE e.run_id = r.run_id),
+                                           now() - interval '1 day')
+         WHERE r.cleaned_at IS NOT NULL;
+    END IF;
+END
+$fill$;
 
 DROP TABLE aged_shape;
 DROP TABLE aged_run;

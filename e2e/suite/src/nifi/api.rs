@@ -126,6 +126,17 @@ pub struct NifiClient {
     pub retry: RetrySchedule,
     /// Every attempt NiFi saw fail (5xx by status, "transport" for no answer), retried or not.
     pub failed_attempts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, u64>>>,
+    /// The longest single attempt (send to answer or error) and its call: how long a NiFi
+    /// thread waited on load-control at worst.
+    pub slowest_attempt: Arc<std::sync::Mutex<SlowestAttempt>>,
+}
+
+/// The longest single attempt a client made.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SlowestAttempt {
+    pub seconds: f64,
+    /// `METHOD /path → status` (or the transport error).
+    pub call: String,
 }
 
 impl NifiClient {
@@ -165,10 +176,37 @@ impl NifiClient {
             faults,
             retry: RetrySchedule::NIFI,
             failed_attempts: Default::default(),
+            slowest_attempt: Default::default(),
         })
     }
 
     async fn send_once(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, String> {
+        let started = std::time::Instant::now();
+        let answer = self.send_once_untimed(method, path, body).await;
+        let seconds = started.elapsed().as_secs_f64();
+        let mut slowest = self
+            .slowest_attempt
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if seconds > slowest.seconds {
+            let outcome = match &answer {
+                Ok(a) => a.status.to_string(),
+                Err(e) => e.clone(),
+            };
+            *slowest = SlowestAttempt {
+                seconds,
+                call: format!("{method} {path} → {outcome}"),
+            };
+        }
+        answer
+    }
+
+    async fn send_once_untimed(
         &self,
         method: &str,
         path: &str,

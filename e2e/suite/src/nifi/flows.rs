@@ -81,6 +81,8 @@ pub struct Summary {
     pub requests: u64,
     /// Attempts that failed as NiFi saw them (5xx by status, or "transport"), retried or not.
     pub failed_attempts: BTreeMap<String, u64>,
+    /// The longest single attempt of any call (a NiFi thread's longest wait on load-control).
+    pub slowest_attempt: super::api::SlowestAttempt,
     /// Every effect load-control acknowledged to this flow (created, chunk accepted, stage
     /// validated, publish claimed, final status seen): `e2e::check::acknowledged` finds each one
     /// in the ledger afterwards, or reports it lost.
@@ -403,6 +405,7 @@ impl Simulation {
             receiver,
             requests: sh.requests.load(Ordering::Relaxed) as u64,
             failed_attempts: sh.api.failed_attempts.lock().unwrap().clone(),
+            slowest_attempt: sh.api.slowest_attempt.lock().unwrap().clone(),
             wall_seconds: started.elapsed().as_secs_f64(),
         }
     }
