@@ -24,6 +24,33 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 pub const LEASE_NAME: &str = "load-control-leader";
+
+/// The newest ledger schema a leader of this release ran on, written on the Lease whenever a
+/// leader takes it: the chart reads it with `lookup` and refuses an upgrade (a rollback) to a chart
+/// whose binaries do not run on that schema, before any hook changes anything. Never lowered, like
+/// the ledger's own schema version: an older leader during a permitted rollback keeps the mark.
+pub const SCHEMA_ANNOTATION: &str = "load-control.io/ledger-schema-version";
+/// Which release wrote [`SCHEMA_ANNOTATION`].
+pub const SCHEMA_WRITER_ANNOTATION: &str = "load-control.io/ledger-schema-written-by";
+
+/// `meta` with the schema mark raised to this binary's schema version (if it is not above it).
+fn schema_marked(mut meta: ObjectMeta) -> ObjectMeta {
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    let marked = annotations
+        .get(SCHEMA_ANNOTATION)
+        .and_then(|v| v.parse::<i32>().ok());
+    if marked.is_none_or(|v| v < ledger::schema::SCHEMA_VERSION) {
+        annotations.insert(
+            SCHEMA_ANNOTATION.into(),
+            ledger::schema::SCHEMA_VERSION.to_string(),
+        );
+        annotations.insert(
+            SCHEMA_WRITER_ANNOTATION.into(),
+            concat!("load-control ", env!("CARGO_PKG_VERSION")).into(),
+        );
+    }
+    meta
+}
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -231,10 +258,10 @@ impl KubeLeaseLeadership {
         match self.api.get_opt(&self.settings.name).await? {
             None => {
                 let lease = Lease {
-                    metadata: ObjectMeta {
+                    metadata: schema_marked(ObjectMeta {
                         name: Some(self.settings.name.clone()),
                         ..Default::default()
-                    },
+                    }),
                     spec: Some(self.spec(None, now)),
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
@@ -262,7 +289,7 @@ impl KubeLeaseLeadership {
                     return Ok(false);
                 }
                 let lease = Lease {
-                    metadata: existing.metadata.clone(),
+                    metadata: schema_marked(existing.metadata.clone()),
                     spec: Some(self.spec(Some(&spec), now)),
                 };
                 match self
@@ -448,6 +475,23 @@ impl Leadership for KubeLeaseLeadership {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_mark_is_raised_never_lowered() {
+        let mark = |v: Option<&str>| {
+            let meta = ObjectMeta {
+                annotations: v.map(|v| [(SCHEMA_ANNOTATION.to_string(), v.to_string())].into()),
+                ..Default::default()
+            };
+            schema_marked(meta).annotations.unwrap()[SCHEMA_ANNOTATION].clone()
+        };
+        let ours = ledger::schema::SCHEMA_VERSION.to_string();
+        assert_eq!(mark(None), ours);
+        assert_eq!(mark(Some("0")), ours);
+        assert_eq!(mark(Some("garbage")), ours);
+        let newer = (ledger::schema::SCHEMA_VERSION + 1).to_string();
+        assert_eq!(mark(Some(&newer)), newer);
+    }
 
     fn spec(holder: Option<&str>) -> LeaseSpec {
         LeaseSpec {

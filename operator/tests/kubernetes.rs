@@ -781,6 +781,83 @@ async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
     ));
 }
 
+/// A rollback (an upgrade to an older chart) onto a ledger whose leader ran a schema that chart's
+/// binaries do not support is refused when the chart renders: no hook runs, no revision is
+/// recorded, the installed release stays as it was. Up to the chart's supported maximum it goes on.
+#[tokio::test]
+async fn an_upgrade_to_a_chart_older_than_the_ledger_is_refused_before_its_hooks() {
+    let cp = ControlPlane::start().await.expect("control plane");
+    cp.install_crds(&crds::all_crds_yaml()).await.unwrap();
+    let ns = cp.create_namespace("older").await.unwrap();
+    let helm = |verb: &str, extra: &[&str]| {
+        let out = cp
+            .helm()
+            .args([verb, "lc", &chart_dir(), "--namespace", &ns])
+            .args(["-f", &kubetest::required_values()])
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    let (ok, err) = helm("install", &["--no-hooks"]);
+    assert!(ok, "{err}");
+    let supported_max = *ledger::schema::SUPPORTED_SCHEMA.end();
+    let mark = |version: i32| {
+        kubectl_apply(
+            &cp,
+            &ns,
+            &format!(
+                "apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: lc-load-control-leader\n  \
+                 annotations:\n    {}: \"{version}\"\n    {}: load-control 9.9.9\nspec:\n  holderIdentity: elsewhere\n",
+                lcoperator::lease::SCHEMA_ANNOTATION,
+                lcoperator::lease::SCHEMA_WRITER_ANNOTATION
+            ),
+        );
+    };
+    // The newest schema this chart runs on: the upgrade goes on.
+    mark(supported_max);
+    let (ok, err) = helm("upgrade", &["--no-hooks"]);
+    assert!(ok, "refused at the supported schema {supported_max}: {err}");
+    // One above: refused with what to do, hooks included in the attempt.
+    mark(supported_max + 1);
+    let (ok, err) = helm("upgrade", &["--timeout", "30s"]);
+    assert!(!ok, "an upgrade onto schema {} went on", supported_max + 1);
+    assert!(
+        err.contains(&format!(
+            "the ledger is at schema version {} (its leader was load-control 9.9.9",
+            supported_max + 1
+        )) && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    let jobs = kubectl_ok(&cp, &["get", "jobs", "-n", &ns, "-o", "name"]);
+    assert_eq!(jobs.trim(), "", "a hook ran");
+    let history = cp
+        .helm()
+        .args(["history", "lc", "--namespace", &ns, "-o", "json"])
+        .output()
+        .unwrap();
+    let history: Value = serde_json::from_slice(&history.stdout).unwrap();
+    let revisions: Vec<(i64, String)> = history
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["revision"].as_i64().unwrap(),
+                r["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        revisions,
+        vec![(1, "superseded".to_string()), (2, "deployed".to_string())],
+        "a revision was recorded"
+    );
+}
+
 #[tokio::test]
 async fn helm_install_creates_every_object() {
     let cp = ControlPlane::start().await.expect("control plane");
@@ -1850,6 +1927,23 @@ async fn a_renewing_holder_with_a_slow_clock_keeps_its_lease() {
         .await
         .expect("taken once the renewals stop");
     assert_eq!(fence.holder, "candidate");
+    // Taking a Lease marks it with the ledger schema the leader runs on (the chart's refusal of a
+    // rollback reads it).
+    let schema_mark = |l: &Lease| {
+        l.metadata.annotations.as_ref().and_then(|a| {
+            a.get(lcoperator::lease::SCHEMA_ANNOTATION)
+                .zip(a.get(lcoperator::lease::SCHEMA_WRITER_ANNOTATION))
+                .map(|(v, by)| (v.clone(), by.clone()))
+        })
+    };
+    let marked = Some((
+        ledger::schema::SCHEMA_VERSION.to_string(),
+        concat!("load-control ", env!("CARGO_PKG_VERSION")).to_string(),
+    ));
+    assert_eq!(
+        schema_mark(&leases.get("load-control-leader").await.unwrap()),
+        marked
+    );
 
     // A Lease deleted under the leader means leadership is lost at the next renewal, not after
     // the renew deadline: the leader resigns and wins a fresh Lease with a new epoch.
@@ -1865,6 +1959,11 @@ async fn a_renewing_holder_with_a_slow_clock_keeps_its_lease() {
     )
     .await;
     assert_eq!(next.holder, "candidate");
+    assert_eq!(
+        schema_mark(&leases.get("load-control-leader").await.unwrap()),
+        marked,
+        "a Lease created by the leader carries the mark too"
+    );
     println!(
         "{{\"bench\":\"lease_deleted_reacquire\",\"seconds\":{:.2}}}",
         t.elapsed().as_secs_f64()

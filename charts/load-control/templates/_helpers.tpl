@@ -197,3 +197,22 @@ Extra annotations of a hook's pod: podAnnotations, then hooks.podAnnotations ove
 {{- toYaml . }}
 {{- end }}
 {{- end }}
+
+{{/*
+Refuses to render (so `helm upgrade` and `helm rollback` stop before any hook runs) when the
+release's Lease says its leader ran on a ledger schema newer than this chart's binaries support:
+their migration would refuse it, and their pods would not serve on it. The operator marks the Lease
+whenever it takes leadership (operator/src/lease.rs). Without a cluster (`helm template`) there is
+nothing to look up and nothing is checked.
+*/}}
+{{- define "load-control.ledgerSchemaCheck" -}}
+{{- $lease := lookup "coordination.k8s.io/v1" "Lease" .Release.Namespace (include "load-control.leaseName" .) -}}
+{{- if $lease -}}
+{{- $annotations := default (dict) $lease.metadata.annotations -}}
+{{- $ledger := get $annotations "load-control.io/ledger-schema-version" -}}
+{{- $max := index .Chart.Annotations "load-control.io/supported-schema-max" -}}
+{{- if and $ledger (gt (atoi $ledger) (atoi $max)) -}}
+{{- fail (printf "the ledger is at schema version %s (its leader was %s, Lease %s/%s), and this chart (load-control %s) runs on schema versions up to %s: its migration and pods would refuse that ledger. Nothing was changed. Stay on (or upgrade to) a chart that supports schema %s, or restore the ledger from a backup taken before that schema (docs/operations.md, \"Schema versions, upgrades and rollbacks\")." $ledger (get $annotations "load-control.io/ledger-schema-written-by" | default "a newer release") .Release.Namespace (include "load-control.leaseName" .) .Chart.AppVersion $max $ledger) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

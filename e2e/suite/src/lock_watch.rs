@@ -127,7 +127,12 @@ mod tests {
         // Every migration, cut as PostgreSQL shows it: the online ones share a long header.
         for m in ledger::migrate::MIGRATOR.iter() {
             let shown: String = m.sql.as_str().chars().take(1023).collect();
-            assert_eq!(super::migration_of(&shown), Some(m.version), "{}", m.description);
+            assert_eq!(
+                super::migration_of(&shown),
+                Some(m.version),
+                "{}",
+                m.description
+            );
         }
         assert_eq!(
             super::migration_of("UPDATE nifi_ops.load_run SET x = 1"),

@@ -121,6 +121,20 @@ fn the_tree_says_which_release_it_is() {
              something else: raise the version in Cargo.toml and charts/load-control/Chart.yaml"
         );
     }
+    // The schemas the chart says its binaries run on (its refusal of a rollback reads them).
+    for (key, value) in [
+        ("schema-version", ledger::schema::SCHEMA_VERSION),
+        (
+            "supported-schema-max",
+            *ledger::schema::SUPPORTED_SCHEMA.end(),
+        ),
+    ] {
+        assert!(
+            chart.contains(&format!("\n  load-control.io/{key}: \"{value}\"\n")),
+            "charts/load-control/Chart.yaml's annotation load-control.io/{key} is not {value} \
+             (ledger/src/schema.rs)"
+        );
+    }
     let changelog = std::fs::read_to_string(root.join("CHANGELOG.md")).unwrap();
     assert!(
         changelog.contains(&format!("\n## {version} ")),

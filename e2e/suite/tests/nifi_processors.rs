@@ -184,7 +184,7 @@ async fn nifis_own_processors_drive_whole_runs() {
         sys.api.log_tail(40)
     );
 
-    // What the ledger says: every run of the job SUCCESS, and every dispatch (a VALIDATE_RUN per
+    // What the ledger says: the runs ended as the flow drove them, and every dispatch (a VALIDATE_RUN per
     // run, the REISSUE_PARTITION of the dead node's partition) delivered to HandleHttpRequest,
     // answered 202 by HandleHttpResponse and acknowledged by the flow it started.
     let mut conn = sqlx::PgConnection::connect(&sys.db_url).await.unwrap();
@@ -194,10 +194,18 @@ async fn nifis_own_processors_drive_whole_runs() {
             .fetch_all(&mut conn)
             .await
             .unwrap();
-    assert_eq!(runs.len(), 2, "one run per Java test:\n{log}");
+    // Two runs through to SUCCESS, and the refused manifest's run failed by PG-90.
+    let mut statuses = std::collections::BTreeMap::new();
+    for (_, status) in &runs {
+        *statuses.entry(status.as_str()).or_insert(0) += 1;
+    }
+    assert_eq!(
+        statuses,
+        [("FAILED_MANIFEST", 1), ("SUCCESS", 2)].into(),
+        "one run per Java test:\n{log}"
+    );
     let mut kinds = std::collections::BTreeMap::new();
-    for (run, status) in &runs {
-        assert_eq!(status, "SUCCESS", "run {run}:\n{log}");
+    for (run, _) in runs.iter().filter(|(_, status)| status == "SUCCESS") {
         let dispatches: Vec<(String, String, Option<i32>, i32)> = sqlx::query_as(
             "SELECT dispatch_type, status, last_http_status, attempt_count \
              FROM nifi_ops.load_dispatch WHERE run_id = $1",

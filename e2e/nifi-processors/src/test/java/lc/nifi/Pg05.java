@@ -5,44 +5,37 @@ import static org.junit.jupiter.api.Assertions.fail;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.function.Predicate;
-import org.apache.nifi.processors.standard.HandleHttpRequest;
-import org.apache.nifi.processors.standard.HandleHttpResponse;
-import org.apache.nifi.reporting.InitializationException;
+import java.util.Map;
+import org.apache.nifi.controller.ControllerService;
 import org.apache.nifi.util.MockFlowFile;
 import org.apache.nifi.util.TestRunner;
-import org.apache.nifi.util.TestRunners;
 
 /**
- * PG-05, the control receiver, as the flow builds it: HandleHttpRequest on the receiver port,
- * POST only, Allowed Paths `/(validate|reissue)/[A-Za-z0-9_.-]+` (the dispatcher's
- * `{receiver_url}/validate/{jobKey}` and `/reissue/{jobKey}`), and HandleHttpResponse answering
- * 202 with the request's body, through one HTTP Context Map.
+ * PG-05, the control receiver, from the flow definition: its HandleHttpRequest ("Receive
+ * dispatch") and HandleHttpResponse ("Answer 202") with the file's properties (POST only, Allowed
+ * Paths `/(validate|reissue)/[A-Za-z0-9_.-]+`, 202), through one HTTP Context Map, wired as the
+ * file wires them: Receive dispatch → the signature check to fill in → Answer 202. The test stands
+ * in for the signature check ({@link LifecycleTest#checkSignature}); what follows "Answer 202" is
+ * run by {@link FlowDefinition}.
  */
 final class Pg05 implements AutoCloseable {
-    static final String ALLOWED_PATHS = "/(validate|reissue)/[A-Za-z0-9_.-]+";
+    static final String GROUP = "PG-05 Control receiver";
 
     private final TestRunner request;
     private final TestRunner response;
     private final List<Flow.FF> received = new ArrayList<>();
 
-    Pg05(int port) throws InitializationException {
-        LcaContextMap map = new LcaContextMap();
-        request = TestRunners.newTestRunner(new HandleHttpRequest());
-        request.addControllerService("lca-context-map", map);
-        request.enableControllerService(map);
-        request.setProperty("HTTP Context Map", "lca-context-map");
-        request.setProperty("Listening Port", Integer.toString(port));
-        request.setProperty("Hostname", "127.0.0.1");
-        request.setProperty("Allowed Paths", ALLOWED_PATHS);
-        for (String m : List.of("Allow GET", "Allow PUT", "Allow DELETE", "Allow HEAD", "Allow OPTIONS")) {
-            request.setProperty(m, "false");
+    Pg05(FlowDefinition def) {
+        FlowDefinition.Component receive = def.component(GROUP, "Receive dispatch");
+        FlowDefinition.Component check = def.next(receive, "success");
+        FlowDefinition.Component answer = def.next(check, "success");
+        if (!check.placeholder() || !answer.type().endsWith(".HandleHttpResponse")) {
+            fail("PG-05 is not Receive dispatch → the signature check → HandleHttpResponse: " + check + ", " + answer);
         }
-        request.setProperty("Allow POST", "true");
-        response = TestRunners.newTestRunner(new HandleHttpResponse());
-        response.addControllerService("lca-context-map", map);
-        response.enableControllerService(map);
-        response.setProperty("HTTP Context Map", "lca-context-map");
-        response.setProperty("HTTP Status Code", "202");
+        LcaContextMap map = new LcaContextMap();
+        Map<String, ControllerService> services = Map.of(receive.properties().get("HTTP Context Map"), map);
+        request = def.runner(receive, services);
+        response = def.runner(answer, services);
         // Starts Jetty (HandleHttpRequest's @OnScheduled) and keeps it up between triggers.
         request.run(1, false, true);
     }
