@@ -227,7 +227,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
                 &lcconfig::redact::Secrets::of_config(&config),
             )
             .map_err(anyhow::Error::msg)?;
-            let version = ledger::migrate::run_migrations(&config.migration_url())
+            let version = ledger::migrate::run_migrations_as(&config.migration_dsn())
                 .await
                 .context("applying migrations")?;
             tracing::info!(
@@ -266,7 +266,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             )
             .map_err(anyhow::Error::msg)?;
             if *migrate {
-                ledger::migrate::run_migrations(&config.migration_url())
+                ledger::migrate::run_migrations_as(&config.migration_dsn())
                     .await
                     .context("applying migrations")?;
             }

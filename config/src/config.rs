@@ -179,6 +179,9 @@ pub struct DatabaseConfig {
     /// **[v1-ext]** No pooled connection is used after this age, so that a pool behind a moving
     /// service address ends up on the current primary even if nothing ever fails.
     pub pool_max_lifetime: Dur,
+    /// A file holding the password of `url` and `listen_dsn` (and of `migration_url` when unset):
+    /// read again while running, so a rotated password is used without a restart.
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl Default for DatabaseConfig {
@@ -191,6 +194,7 @@ impl Default for DatabaseConfig {
             max_overflow: 5,
             tx_attempts: 3,
             pool_max_lifetime: Dur::secs(600),
+            password_file: None,
         }
     }
 }
@@ -908,6 +912,19 @@ impl Config {
             }
             _ => {}
         }
+        if let Err(e) = self.database_dsn().file_password() {
+            return Err(invalid(
+                "database.password_file",
+                format!(
+                    "cannot be read ({}): {e}",
+                    self.database
+                        .password_file
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                ),
+            ));
+        }
         if self.dispatch.lease.0.as_secs_f64() <= self.nifi.timeout_seconds {
             return Err(invalid(
                 "dispatch.lease",
@@ -960,6 +977,24 @@ impl Config {
             .and_then(normalize_database_url)
             .unwrap_or_default()
     }
+
+    /// `database.url` with the password of `database.password_file`.
+    pub fn database_dsn(&self) -> ledger::Dsn {
+        ledger::Dsn::new(self.database_url())
+            .with_password_file(self.database.password_file.clone())
+    }
+
+    /// Where LISTEN connections go: `database.listen_dsn`, else `database.url`; with the password
+    /// of `database.password_file`.
+    pub fn listen_dsn(&self) -> ledger::Dsn {
+        ledger::Dsn::new(
+            self.database
+                .listen_dsn
+                .clone()
+                .unwrap_or_else(|| self.database_url()),
+        )
+        .with_password_file(self.database.password_file.clone())
+    }
 }
 
 impl Config {
@@ -987,13 +1022,18 @@ impl Config {
         }
     }
 
-    /// The account `migrate` uses for DDL: `database.migration_url`, else `database.url`.
-    pub fn migration_url(&self) -> String {
-        self.database
+    /// The account `migrate` uses for DDL: `database.migration_url` (its own password), else
+    /// `database.url` with the password of `database.password_file`.
+    pub fn migration_dsn(&self) -> ledger::Dsn {
+        match self
+            .database
             .migration_url
             .as_deref()
             .and_then(normalize_database_url)
-            .unwrap_or_else(|| self.database_url())
+        {
+            Some(url) => ledger::Dsn::new(url),
+            None => self.database_dsn(),
+        }
     }
 
     pub fn ledger_config(&self) -> ledger::LedgerConfig {
@@ -1004,6 +1044,7 @@ impl Config {
             cleanup_max_batch: self.cleanup.max_batch as i64,
             dispatch_lease: self.dispatch.lease.0,
             pool_max_lifetime: self.database.pool_max_lifetime.0,
+            password_file: self.database.password_file.clone(),
             history: ledger::settings::HistorySettings {
                 batch: self.cleanup.history_batch,
                 archive: match &self.cleanup.history_archive {

@@ -340,7 +340,7 @@ fn the_variables_the_chart_sets_load_as_before() {
     ];
     let c = file.load(&[&common[..], &migration[..]].concat()).unwrap();
     c.validate().unwrap();
-    assert_eq!(c.migration_url(), "postgresql://owner:000@pg/lc");
+    assert_eq!(c.migration_dsn().url, "postgresql://owner:000@pg/lc");
     assert_eq!(c.logging.format, "text");
 }
 

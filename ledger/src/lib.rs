@@ -6,6 +6,7 @@
 //! the one place of each rule. Nothing here knows HTTP or Kubernetes.
 pub mod connections;
 pub mod decimal;
+pub mod dsn;
 pub mod error;
 pub mod event;
 pub mod json;
@@ -21,6 +22,7 @@ pub mod store;
 pub mod text;
 
 pub use decimal::Decimal38;
+pub use dsn::Dsn;
 pub use error::{LedgerError, LedgerResult};
 pub use event::Actor;
 pub use manifest::{Manifest, ManifestPartition};

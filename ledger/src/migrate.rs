@@ -4,8 +4,7 @@ use crate::error::{LedgerError, Result};
 use crate::schema::{SCHEMA_VERSION, SUPPORTED_SCHEMA, SchemaMismatch, read_version};
 use sqlx::Connection;
 use sqlx::migrate::{MigrateError, Migration, Migrator};
-use sqlx::postgres::{PgConnectOptions, PgConnection};
-use std::str::FromStr;
+use sqlx::postgres::PgConnection;
 use std::time::Duration;
 
 pub static MIGRATOR: Migrator = sqlx::migrate!("../migrations");
@@ -27,9 +26,14 @@ const WRITTEN_BY: &str = concat!("load-control ", env!("CARGO_PKG_VERSION"));
 /// changes nothing. One that does not run on it is refused before anything is applied, with
 /// `SchemaUnsupported` naming both versions.
 pub async fn run_migrations(url: &str) -> Result<i32> {
+    run_migrations_as(&crate::Dsn::new(url)).await
+}
+
+/// [`run_migrations`] with the password of `dsn`'s password file.
+pub async fn run_migrations_as(dsn: &crate::Dsn) -> Result<i32> {
     // Named apart from the serving pool's "load-control": an operator (or the upgrade test)
     // tells the migration's lock waits from NiFi's in pg_stat_activity.
-    let options = PgConnectOptions::from_str(url)?.application_name(APPLICATION_NAME);
+    let options = dsn.options()?.application_name(APPLICATION_NAME);
     let mut conn = PgConnection::connect_with(&options).await?;
     // Polled, not waited for: a session waiting in `pg_advisory_lock` is a transaction in flight,
     // which a CREATE INDEX CONCURRENTLY of the holder waits for, while it waits for the holder's

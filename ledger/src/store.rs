@@ -5,7 +5,6 @@ use crate::error::{LedgerError, Result};
 use crate::status::RunStatus;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgConnection, PgPool};
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
 
@@ -26,6 +25,9 @@ pub struct LedgerConfig {
     /// `cleanup.history_batch` and `cleanup.history_archive` (§7.2 rule 7); the retention itself
     /// is `thresholds.history_retention`.
     pub history: crate::settings::HistorySettings,
+    /// `database.password_file`: the password of the pool's connections, read again every
+    /// `dsn::PASSWORD_RECHECK` (a rotation needs no restart).
+    pub password_file: Option<std::path::PathBuf>,
 }
 
 impl Default for LedgerConfig {
@@ -38,6 +40,7 @@ impl Default for LedgerConfig {
             dispatch_lease: std::time::Duration::from_secs(60),
             pool_max_lifetime: std::time::Duration::from_secs(600),
             history: Default::default(),
+            password_file: None,
         }
     }
 }
@@ -57,6 +60,8 @@ pub struct Ledger {
     pub(crate) schema: crate::schema::SchemaGate,
     /// The installation this process belongs to and the claim it last found (`ops::owner`).
     pub(crate) owner: crate::ops::owner::OwnerGate,
+    /// How often the pool took a new password from `database.password_file`.
+    pub(crate) password_reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Ledger {
@@ -72,6 +77,7 @@ impl Ledger {
             retirement,
             schema: Default::default(),
             owner: Default::default(),
+            password_reloads: Default::default(),
         }
     }
 
@@ -98,22 +104,41 @@ impl Ledger {
     /// is an error. Every operation meanwhile fails as the database being unavailable.
     pub fn connect_lazy(url: &str, size: u32, overflow: u32, config: LedgerConfig) -> Result<Self> {
         let retirement = Retirement::default();
-        let (options, connect) = Self::pool_options(url, size, overflow, &config, &retirement)?;
+        let dsn = crate::dsn::Dsn::new(url).with_password_file(config.password_file.clone());
+        let (options, connect) = Self::pool_options(&dsn, size, overflow, &config, &retirement)?;
         let pool = options.connect_lazy_with(connect);
-        Ok(Ledger::with_retirement(pool, config, retirement))
+        let ledger = Ledger::with_retirement(pool, config, retirement);
+        if dsn.password_file.is_some()
+            && let Ok(runtime) = tokio::runtime::Handle::try_current()
+        {
+            runtime.spawn(crate::dsn::keep_password_fresh(
+                ledger.pool.clone(),
+                dsn,
+                Self::connect_options,
+                ledger.password_reloads.clone(),
+            ));
+        }
+        Ok(ledger)
+    }
+
+    /// The pool's connections: the URL, the password file's password, named `load-control`.
+    fn connect_options(
+        dsn: &crate::dsn::Dsn,
+    ) -> std::result::Result<PgConnectOptions, sqlx::Error> {
+        Ok(dsn.options()?.application_name("load-control"))
     }
 
     /// A retired or too old connection is closed when acquired or released. (A new connection is
     /// not tested for writes: sqlx would retry such a refusal until `acquire_timeout`, so every
     /// request would wait 10 s for its 503; a write refused on it retires it at once instead.)
     fn pool_options(
-        url: &str,
+        dsn: &crate::dsn::Dsn,
         size: u32,
         overflow: u32,
         config: &LedgerConfig,
         retirement: &Retirement,
     ) -> Result<(PgPoolOptions, PgConnectOptions)> {
-        let connect = PgConnectOptions::from_str(url)?.application_name("load-control");
+        let connect = Self::connect_options(dsn)?;
         let on_acquire = retirement.clone();
         let on_release = retirement.clone();
         // No ping before each acquire (one round trip per transaction, issue 30): a connection
@@ -254,6 +279,12 @@ impl Ledger {
     /// Connections closed because their server could not take writes (a metric).
     pub fn connections_retired(&self) -> u64 {
         self.retirement.retired_total()
+    }
+
+    /// How often the pool took a new password from `database.password_file` since it started.
+    pub fn password_reloads(&self) -> u64 {
+        self.password_reloads
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Readiness (§4.23, **[v1-ext]** "can write"): one transaction that writes a WAL record and

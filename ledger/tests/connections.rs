@@ -185,3 +185,108 @@ async fn warm_connections_and_a_closed_one_is_replaced_without_an_error() {
     }
     admin.close().await.unwrap();
 }
+
+/// A password rotated under a running pool (issue 41 item 5): PostgreSQL keeps the sessions it
+/// authenticated, so the open connections go on; a new connection needs the new password, which
+/// the pool takes from `database.password_file` without a restart. The role signs in with SCRAM
+/// (scripts/pg-up trusts every other role).
+#[tokio::test]
+async fn a_rotated_password_is_taken_from_its_file_without_a_restart() {
+    const ROLE: &str = "lc_password_rotation";
+    let db = TestDb::fresh().await;
+    let mut admin = db.conn().await;
+    for sql in [
+        format!(
+            "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        ),
+        // What the chart's runtime role is granted, on this test database's objects.
+        format!("GRANT USAGE ON SCHEMA nifi_ops TO {ROLE}"),
+        format!("GRANT ALL ON ALL TABLES IN SCHEMA nifi_ops TO {ROLE}"),
+        format!("GRANT ALL ON ALL SEQUENCES IN SCHEMA nifi_ops TO {ROLE}"),
+        format!("GRANT EXECUTE ON ALL FUNCTIONS IN SCHEMA nifi_ops TO {ROLE}"),
+        format!("ALTER ROLE {ROLE} PASSWORD 'first-password'"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    let dir = std::env::temp_dir().join(format!("lc-rotation-{}", db.name));
+    std::fs::create_dir_all(&dir).unwrap();
+    let file = dir.join("password");
+    std::fs::write(&file, "first-password\n").unwrap();
+    // The URL's own password is wrong: the file's wins.
+    let url = db
+        .url
+        .replacen("://postgres@", &format!("://{ROLE}:not-this-one@"), 1);
+    assert_ne!(url, db.url, "{}", db.url);
+    let ledger = ledger::Ledger::connect_lazy(
+        &url,
+        1,
+        0,
+        LedgerConfig {
+            password_file: Some(file.clone()),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    ledger.create_run(&new_run("first")).await.unwrap();
+    let terminate = format!(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE usename = '{ROLE}'"
+    );
+    let terminate = || sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(terminate.clone()));
+
+    // The password changes in PostgreSQL: the open connection is not asked again.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER ROLE {ROLE} PASSWORD 'second-password'"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    ledger
+        .create_run(&new_run("open connection"))
+        .await
+        .unwrap();
+    // Its connection gone, the pool cannot open one with the old password.
+    assert_eq!(terminate().fetch_one(&mut admin).await.unwrap(), 1);
+    let refused = ledger
+        .create_run(&new_run("old password"))
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{refused:?}").contains("28P01"),
+        "not an authentication failure: {refused:?}"
+    );
+
+    // The Secret is re-applied with the new password: the pool takes it, and connects again.
+    std::fs::write(&file, "second-password\n").unwrap();
+    let started = std::time::Instant::now();
+    while ledger.password_reloads() == 0 {
+        assert!(
+            started.elapsed() < ledger::dsn::PASSWORD_RECHECK * 3,
+            "the pool did not take the new password"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    ledger.create_run(&new_run("new password")).await.unwrap();
+    // A dedicated connection (the leader's lock, LISTEN) reads the file when it opens.
+    let dsn = ledger::Dsn::new(url.as_str()).with_password_file(Some(file.clone()));
+    dsn.connect().await.unwrap().close().await.unwrap();
+    let mut listener = dsn.listener().await.unwrap();
+    listener.listen("load_run").await.unwrap();
+
+    // A file being rewritten (empty for a moment) keeps the password the pool has.
+    std::fs::write(&file, "").unwrap();
+    assert!(terminate().fetch_one(&mut admin).await.unwrap() >= 1);
+    ledger.create_run(&new_run("empty file")).await.unwrap();
+    assert_eq!(ledger.password_reloads(), 1);
+    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(
+        runs, 4,
+        "every accepted write is in the ledger, the refused one is not"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -5,14 +5,13 @@ use crate::metrics::Metrics;
 use hmac::{Hmac, Mac};
 use ledger::{Fence, LeasedDispatch, Ledger, LedgerError, Recorded, SendOutcome};
 use sha2::Sha256;
-use sqlx::postgres::PgListener;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, watch};
 
 #[derive(Clone)]
 pub struct DispatcherConfig {
-    pub listen_url: String,
+    pub listen: ledger::Dsn,
     pub poll_interval: Duration,
     pub batch: i64,
     /// §6.4: the key each attempt is signed with (`nifi.signer()`), none: unsigned.
@@ -54,7 +53,7 @@ impl Dispatcher {
         mut shutdown: watch::Receiver<bool>,
     ) {
         let wake = Arc::new(Notify::new());
-        let listener = tokio::spawn(listen(self.config.listen_url.clone(), wake.clone()));
+        let listener = tokio::spawn(listen(self.config.listen.clone(), wake.clone()));
         let mut poll = tokio::time::interval(self.config.poll_interval);
         loop {
             tokio::select! {
@@ -248,9 +247,9 @@ fn transport_error(e: &reqwest::Error) -> String {
 
 /// `LISTEN load_dispatch` on a dedicated connection; reconnects (5 s after an error) and forces a
 /// scan after every (re)connect (§6.2).
-async fn listen(url: String, wake: Arc<Notify>) {
+async fn listen(dsn: ledger::Dsn, wake: Arc<Notify>) {
     loop {
-        match PgListener::connect(&url).await {
+        match dsn.listener().await {
             Ok(mut l) => match l.listen("load_dispatch").await {
                 Ok(()) => {
                     tracing::info!(event = "listen_connected", "listening on load_dispatch");

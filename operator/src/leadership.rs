@@ -22,16 +22,16 @@ pub trait Leadership: Send {
 /// `pg_advisory_lock(hashtext('load_control_leader'))` on a dedicated connection: the lock lives
 /// exactly as long as that session.
 pub struct AdvisoryLockLeadership {
-    url: String,
+    dsn: ledger::Dsn,
     ledger: Ledger,
     holder: String,
     conn: Option<PgConnection>,
 }
 
 impl AdvisoryLockLeadership {
-    pub fn new(url: &str, ledger: Ledger, holder: String) -> Self {
+    pub fn new(dsn: impl Into<ledger::Dsn>, ledger: Ledger, holder: String) -> Self {
         AdvisoryLockLeadership {
-            url: url.to_string(),
+            dsn: dsn.into(),
             ledger,
             holder,
             conn: None,
@@ -40,7 +40,7 @@ impl AdvisoryLockLeadership {
 
     async fn try_lock(&mut self) -> anyhow::Result<bool> {
         if self.conn.is_none() {
-            self.conn = Some(PgConnection::connect(&self.url).await?);
+            self.conn = Some(self.dsn.connect().await?);
         }
         let conn = self.conn.as_mut().expect("connected above");
         let got: Result<(bool,), _> =

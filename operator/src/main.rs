@@ -231,7 +231,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     }
     let mut operator = if cli.standalone {
         let leadership =
-            AdvisoryLockLeadership::new(&config.database_url(), ledger.clone(), identity.clone());
+            AdvisoryLockLeadership::new(config.database_dsn(), ledger.clone(), identity.clone());
         Operator::start_observed(&config, ledger.clone(), leadership, observers)?
     } else {
         let client = tokio::select! {

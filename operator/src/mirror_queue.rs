@@ -42,9 +42,9 @@ impl MirrorQueue {
 /// LISTEN `load_run` for the mirror (reconnected; a reconnect asks for everything, since changes
 /// made while nobody listened were not heard). Runs until aborted: its own supervised task, so a
 /// panic here is restarted and counted instead of leaving the mirror deaf until the next resync.
-pub async fn listen_for_runs(queue: Arc<MirrorQueue>, listen_url: String) {
+pub async fn listen_for_runs(queue: Arc<MirrorQueue>, listen: ledger::Dsn) {
     loop {
-        if let Ok(mut l) = sqlx::postgres::PgListener::connect(&listen_url).await
+        if let Ok(mut l) = listen.listener().await
             && l.listen("load_run").await.is_ok()
         {
             queue.everything();

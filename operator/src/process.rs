@@ -195,11 +195,7 @@ impl Operator {
             ledger: ledger.clone(),
             client: nifi_client.clone(),
             config: DispatcherConfig {
-                listen_url: config
-                    .database
-                    .listen_dsn
-                    .clone()
-                    .unwrap_or_else(|| config.database_url()),
+                listen: config.listen_dsn(),
                 poll_interval: config.dispatch.poll_interval.0,
                 batch: config.dispatch.batch as i64,
                 signer: config.nifi.signer(),
@@ -327,11 +323,7 @@ impl Operator {
             loadrun_retention: options.loadrun_retention,
             instance: options.instance,
         });
-        let listen = config
-            .database
-            .listen_dsn
-            .clone()
-            .unwrap_or_else(|| config.database_url());
+        let listen = config.listen_dsn();
         let (c, shutdown) = (ctx.clone(), op.shutdown.subscribe());
         op.supervise(
             "loadjob_controller",

@@ -1394,7 +1394,8 @@ fn the_chart_takes_credentials_from_secrets_only() {
         .iter()
         .find(|v| v["name"] == "api-tokens")
         .unwrap();
-    assert_eq!(tokens_volume["secret"]["secretName"], "load-control-tokens");
+    // The Secret examples/values-required.yaml names.
+    assert_eq!(tokens_volume["secret"]["secretName"], "lc-tokens");
     let tokens_file = containers
         .iter()
         .find(|c| c["name"] == "api-server")
@@ -1791,7 +1792,9 @@ fn the_notes_example_is_right_for_every_combination() {
     ] {
         let mut args = vec!["install", "lc", "--dry-run=client", "-n", "rel"];
         let chart = chart_dir();
+        let required = kubetest::required_values();
         args.insert(2, &chart);
+        args.extend(["-f", &required]);
         let sets = [
             (instance, "instanceSelector=true"),
             (watch, "watchNamespaces={team-a,team-b}"),
@@ -3100,6 +3103,94 @@ async fn objects_stored_as_v1alpha1_are_read_updated_and_mirrored_after_the_crd_
 
 /// Issue 42 item 4: the values with no default. Each one missing (the others given) refuses the
 /// install with a message naming it and what to set; all three given, the chart renders.
+/// `database.passwordKey`: the password as a file in every container that connects (the migration
+/// hook too), mounted as a directory so the kubelet replaces it; `config.database.password_file`
+/// and the raw tokens of `config.monitor` are refused in the ConfigMap.
+#[test]
+fn the_database_password_is_a_mounted_file_and_raw_tokens_stay_out_of_the_configmap() {
+    let render = |sets: &[&str]| {
+        let mut helm = kubetest::helm_offline();
+        helm.args(["template", "lc", &chart_dir(), "--namespace", "ns"])
+            .args(["-f", &kubetest::required_values()]);
+        for set in sets {
+            helm.args(["--set", set]);
+        }
+        helm.output().unwrap()
+    };
+    let out = render(&["database.passwordKey=password"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_yaml::Value> = String::from_utf8_lossy(&out.stdout)
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let mut containers = 0;
+    for doc in docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment" || d["kind"] == "Job")
+    {
+        let pod = &doc["spec"]["template"]["spec"];
+        let volume = pod["volumes"]
+            .as_sequence()
+            .into_iter()
+            .flatten()
+            .find(|v| v["name"] == "database-password");
+        let Some(volume) = volume else {
+            continue;
+        };
+        assert_eq!(volume["secret"]["secretName"], "lc-db", "{volume:?}");
+        assert_eq!(volume["secret"]["items"][0]["key"], "password");
+        for c in pod["containers"].as_sequence().unwrap() {
+            let file = c["env"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .find(|e| e["name"] == "LCA_DATABASE__PASSWORD_FILE")
+                .map(|e| e["value"].as_str().unwrap().to_string());
+            let Some(file) = file else {
+                continue;
+            };
+            let mounted = c["volumeMounts"].as_sequence().unwrap().iter().any(|m| {
+                m["name"] == "database-password"
+                    && m.get("subPath").is_none()
+                    && file.starts_with(m["mountPath"].as_str().unwrap())
+            });
+            assert!(
+                mounted,
+                "{:?}: {file} is not on a directory mount",
+                c["name"]
+            );
+            containers += 1;
+        }
+    }
+    assert_eq!(
+        containers, 3,
+        "api-server, operator and the migration hook read the password file"
+    );
+    for (set, says) in [
+        (
+            "config.database.password_file=/x",
+            "config.database.password_file must not be set: the chart sets it from database.passwordKey",
+        ),
+        (
+            "config.monitor.token=abc",
+            "config.monitor.token must not be set: it is a raw token",
+        ),
+        (
+            "config.monitor.operator_token=abc",
+            "config.monitor.operator_token must not be set: it is a raw token",
+        ),
+    ] {
+        let out = render(&[set]);
+        assert!(!out.status.success(), "{set} rendered");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{set}: {err}");
+    }
+}
+
 #[test]
 fn the_chart_refuses_an_install_without_its_required_values() {
     let required = [

@@ -55,10 +55,18 @@ app.kubernetes.io/component: server
   value: /etc/load-control/database-ca/ca.crt
 {{- end }}
 {{- end }}
+{{- if .Values.database.passwordKey }}
+# The password, from a mounted file read again while running: a rotation is a `kubectl apply` of
+# the Secret, no restart (docs/operations.md, "Rotating the database password").
+- name: LCA_DATABASE__PASSWORD_FILE
+  value: /etc/load-control/database-password/password
+{{- end }}
 {{- end -}}
 
-{{/* The database CA (database.tls.caSecret): the volume, and its mount in a container. */}}
-{{- define "load-control.databaseCaVolume" -}}
+{{/* The database CA (database.tls.caSecret) and password file (database.passwordKey): the
+     volumes, and their mounts in a container that connects. The password is a directory mount
+     (never subPath), so the kubelet replaces the file when the Secret changes. */}}
+{{- define "load-control.databaseVolumes" -}}
 {{- with .Values.database.tls }}
 {{- if .caSecret }}
 - name: database-ca
@@ -69,11 +77,22 @@ app.kubernetes.io/component: server
       - {key: {{ .caKey }}, path: ca.crt}
 {{- end }}
 {{- end }}
+{{- with .Values.database.passwordKey }}
+- name: database-password
+  secret:
+    secretName: {{ $.Values.database.existingSecret }}
+    defaultMode: 0444
+    items:
+      - {key: {{ . }}, path: password}
+{{- end }}
 {{- end -}}
 
-{{- define "load-control.databaseCaMount" -}}
+{{- define "load-control.databaseMounts" -}}
 {{- if .Values.database.tls.caSecret }}
 - {name: database-ca, mountPath: /etc/load-control/database-ca, readOnly: true}
+{{- end }}
+{{- if .Values.database.passwordKey }}
+- {name: database-password, mountPath: /etc/load-control/database-password, readOnly: true}
 {{- end }}
 {{- end -}}
 
@@ -129,7 +148,7 @@ seccompProfile: {type: RuntimeDefault}
      so it fails the install instead. */}}
 {{- define "load-control.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
-{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" -}}
+{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" "database.password_file" "database.passwordKey" -}}
 {{- if and .Values.secrets.signingSecret.existingSecret .Values.secrets.signingKeys.existingSecret -}}
 {{- fail "secrets.signingSecret and secrets.signingKeys must not both be set: signing keys replace the signing secret (make the current secret an entry of the keys' list, with an id)" -}}
 {{- end -}}
@@ -138,6 +157,12 @@ seccompProfile: {type: RuntimeDefault}
 {{- $section := get $config (index $parts 0) | default dict -}}
 {{- if hasKey $section (index $parts 1) -}}
 {{- fail (printf "config.%s must not be set: the chart sets it from %s" $key $owner) -}}
+{{- end -}}
+{{- end -}}
+{{- $monitor := get $config "monitor" | default dict -}}
+{{- range $key, $from := dict "token" "LOADCTL_TOKEN or --token" "operator_token" "LOADCTL_OPERATOR_TOKEN or --operator-token" -}}
+{{- if hasKey $monitor $key -}}
+{{- fail (printf "config.monitor.%s must not be set: it is a raw token, and the ConfigMap is no place for a credential; the pods never use it, loadctl takes it from %s" $key $from) -}}
 {{- end -}}
 {{- end -}}
 {{- $nifi := get $config "nifi" | default dict -}}

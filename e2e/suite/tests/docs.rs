@@ -141,3 +141,21 @@ fn the_tree_says_which_release_it_is() {
         "CHANGELOG.md has no section for {version}"
     );
 }
+
+/// The chart's README is generated from values.schema.json and values.yaml
+/// (`scripts/chart-readme`), and every value has a description: a value added, renamed or
+/// re-described without regenerating it fails here, naming what differs.
+#[test]
+fn the_chart_readme_is_generated_from_the_values_schema() {
+    let out = std::process::Command::new(repo().join("scripts/chart-readme"))
+        .arg("--check")
+        .output()
+        .expect("python3 runs scripts/chart-readme");
+    assert!(
+        out.status.success(),
+        "charts/load-control/README.md is stale or a value lacks a description (run \
+         scripts/chart-readme):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

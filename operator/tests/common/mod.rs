@@ -146,7 +146,7 @@ impl Env {
                 Arc::new(Metrics::default()),
             ),
             config: DispatcherConfig {
-                listen_url: self.db.url.clone(),
+                listen: self.db.url.clone().into(),
                 poll_interval: Duration::from_secs(3600),
                 batch: 20,
                 signer: self.config.nifi.signer(),
