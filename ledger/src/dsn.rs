@@ -69,10 +69,8 @@ impl Dsn {
 
     /// The URL's options with the file's password.
     pub fn options(&self) -> Result<PgConnectOptions, sqlx::Error> {
-        let options = PgConnectOptions::from_str(&self.url)?;
         match self.file_password() {
-            Ok(Some(password)) => Ok(options.password(&password)),
-            Ok(None) => Ok(options),
+            Ok(password) => self.options_with(password.as_deref()),
             Err(e) => Err(sqlx::Error::Configuration(
                 format!(
                     "database.password_file {}: {e}",
@@ -86,13 +84,23 @@ impl Dsn {
         }
     }
 
+    /// The URL's options with `password` (read from the file) in place of the URL's.
+    pub fn options_with(&self, password: Option<&str>) -> Result<PgConnectOptions, sqlx::Error> {
+        let options = PgConnectOptions::from_str(&self.url)?;
+        Ok(match password {
+            Some(password) => options.password(password),
+            None => options,
+        })
+    }
+
     /// A dedicated connection (the leader's advisory lock, a migration).
     pub async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
         PgConnection::connect_with(&self.options()?).await
     }
 
-    /// A LISTEN connection. Its reconnects reuse these options: after a lost connection the caller
-    /// makes a new listener, which reads the password file again.
+    /// A LISTEN connection. A lost connection is not re-established by the listener (that would
+    /// reuse these options, and the password they were made with): `try_recv` answers `Ok(None)`
+    /// and the caller makes a new listener, which reads the password file again.
     pub async fn listener(&self) -> Result<PgListener, sqlx::Error> {
         let pool = PgPoolOptions::new()
             .max_connections(1)
@@ -102,20 +110,22 @@ impl Dsn {
             .await?;
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.ignore_pool_close_event(true);
+        listener.eager_reconnect(false);
         Ok(listener)
     }
 }
 
-/// Keeps the pool's password equal to the file's until the pool closes. A file that cannot be read
-/// (a Secret being rewritten, a mount gone) keeps the last password, logged once until it can be
-/// read again.
+/// Keeps the pool's password equal to the file's; `current` is the one the pool was made with.
+/// Ends when the last clone of its ledger is dropped (`PasswordRefresh`). A file that cannot be
+/// read (a Secret being rewritten, a mount gone) keeps the last password, logged once until it can
+/// be read again.
 pub(crate) async fn keep_password_fresh(
     pool: PgPool,
     dsn: Dsn,
-    options: impl Fn(&Dsn) -> Result<PgConnectOptions, sqlx::Error> + Send + 'static,
+    mut current: Option<String>,
+    options: impl Fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error> + Send + 'static,
     reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
 ) {
-    let mut current = dsn.file_password().ok().flatten();
     let mut unreadable = false;
     loop {
         tokio::time::sleep(PASSWORD_RECHECK).await;
@@ -128,7 +138,7 @@ pub(crate) async fn keep_password_fresh(
                 if read == current {
                     continue;
                 }
-                match options(&dsn) {
+                match options(&dsn, read.as_deref()) {
                     Ok(new) => {
                         pool.set_connect_options(new);
                         current = read;

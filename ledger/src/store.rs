@@ -62,6 +62,17 @@ pub struct Ledger {
     pub(crate) owner: crate::ops::owner::OwnerGate,
     /// How often the pool took a new password from `database.password_file`.
     pub(crate) password_reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The task that keeps the pool's password equal to the file's, ended with the last clone.
+    password_refresh: Option<std::sync::Arc<PasswordRefresh>>,
+}
+
+/// Ends the password refresh task when dropped (it holds the pool, which would outlive the ledger).
+struct PasswordRefresh(tokio::task::AbortHandle);
+
+impl Drop for PasswordRefresh {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 impl Ledger {
@@ -78,6 +89,7 @@ impl Ledger {
             schema: Default::default(),
             owner: Default::default(),
             password_reloads: Default::default(),
+            password_refresh: None,
         }
     }
 
@@ -105,18 +117,26 @@ impl Ledger {
     pub fn connect_lazy(url: &str, size: u32, overflow: u32, config: LedgerConfig) -> Result<Self> {
         let retirement = Retirement::default();
         let dsn = crate::dsn::Dsn::new(url).with_password_file(config.password_file.clone());
-        let (options, connect) = Self::pool_options(&dsn, size, overflow, &config, &retirement)?;
-        let pool = options.connect_lazy_with(connect);
-        let ledger = Ledger::with_retirement(pool, config, retirement);
+        // Read once: the pool's options and the refresh task start from the same password.
+        let password = dsn.file_password().map_err(|e| {
+            sqlx::Error::Configuration(format!("database.password_file: {e}").into())
+        })?;
+        let connect = Self::connect_options(&dsn, password.as_deref())?;
+        let pool =
+            Self::pool_options(size, overflow, &config, &retirement).connect_lazy_with(connect);
+        let mut ledger = Ledger::with_retirement(pool, config, retirement);
         if dsn.password_file.is_some()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            runtime.spawn(crate::dsn::keep_password_fresh(
+            let task = runtime.spawn(crate::dsn::keep_password_fresh(
                 ledger.pool.clone(),
                 dsn,
+                password,
                 Self::connect_options,
                 ledger.password_reloads.clone(),
             ));
+            ledger.password_refresh =
+                Some(std::sync::Arc::new(PasswordRefresh(task.abort_handle())));
         }
         Ok(ledger)
     }
@@ -124,21 +144,20 @@ impl Ledger {
     /// The pool's connections: the URL, the password file's password, named `load-control`.
     fn connect_options(
         dsn: &crate::dsn::Dsn,
+        password: Option<&str>,
     ) -> std::result::Result<PgConnectOptions, sqlx::Error> {
-        Ok(dsn.options()?.application_name("load-control"))
+        Ok(dsn.options_with(password)?.application_name("load-control"))
     }
 
     /// A retired or too old connection is closed when acquired or released. (A new connection is
     /// not tested for writes: sqlx would retry such a refusal until `acquire_timeout`, so every
     /// request would wait 10 s for its 503; a write refused on it retires it at once instead.)
     fn pool_options(
-        dsn: &crate::dsn::Dsn,
         size: u32,
         overflow: u32,
         config: &LedgerConfig,
         retirement: &Retirement,
-    ) -> Result<(PgPoolOptions, PgConnectOptions)> {
-        let connect = Self::connect_options(dsn)?;
+    ) -> PgPoolOptions {
         let on_acquire = retirement.clone();
         let on_release = retirement.clone();
         // No ping before each acquire (one round trip per transaction, issue 30): a connection
@@ -146,7 +165,7 @@ impl Ledger {
         // connections stay open and warm (no idle timeout: sqlx's reaper would close and reopen
         // them after every lull, forking backends and preparing statements again); overflow
         // connections, and every connection, are renewed at `pool_max_lifetime`.
-        let options = PgPoolOptions::new()
+        PgPoolOptions::new()
             .min_connections(size)
             .max_connections(size + overflow)
             .acquire_timeout(Duration::from_secs(10))
@@ -160,8 +179,7 @@ impl Ledger {
             .after_release(move |_, meta| {
                 let keep = !on_release.is_retired(meta.age);
                 Box::pin(async move { Ok(keep) })
-            });
-        Ok((options, connect))
+            })
     }
 
     /// A transaction on a live connection. The pool hands connections out untested, so a

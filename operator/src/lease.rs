@@ -25,25 +25,25 @@ use std::time::{Duration, Instant};
 
 pub const LEASE_NAME: &str = "load-control-leader";
 
-/// The newest ledger schema a leader of this release ran on, written on the Lease whenever a
-/// leader takes it: the chart reads it with `lookup` and refuses an upgrade (a rollback) to a chart
-/// whose binaries do not run on that schema, before any hook changes anything. Never lowered, like
-/// the ledger's own schema version: an older leader during a permitted rollback keeps the mark.
+/// The ledger's schema version as a leader read it when it took the Lease, written on the Lease:
+/// the chart reads it with `lookup` and refuses an upgrade to a chart whose binaries do not run on
+/// that schema, before any hook changes anything. Never lowered, like the ledger's own schema
+/// version; left as it is when the ledger cannot be read at that moment.
 pub const SCHEMA_ANNOTATION: &str = "load-control.io/ledger-schema-version";
 /// Which release wrote [`SCHEMA_ANNOTATION`].
 pub const SCHEMA_WRITER_ANNOTATION: &str = "load-control.io/ledger-schema-written-by";
 
-/// `meta` with the schema mark raised to this binary's schema version (if it is not above it).
-fn schema_marked(mut meta: ObjectMeta) -> ObjectMeta {
+/// `meta` with the schema mark raised to `ledger_schema` (if it is not above it already).
+fn schema_marked(mut meta: ObjectMeta, ledger_schema: Option<i32>) -> ObjectMeta {
+    let Some(version) = ledger_schema else {
+        return meta;
+    };
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     let marked = annotations
         .get(SCHEMA_ANNOTATION)
         .and_then(|v| v.parse::<i32>().ok());
-    if marked.is_none_or(|v| v < ledger::schema::SCHEMA_VERSION) {
-        annotations.insert(
-            SCHEMA_ANNOTATION.into(),
-            ledger::schema::SCHEMA_VERSION.to_string(),
-        );
+    if marked.is_none_or(|v| v < version) {
+        annotations.insert(SCHEMA_ANNOTATION.into(), version.to_string());
         annotations.insert(
             SCHEMA_WRITER_ANNOTATION.into(),
             concat!("load-control ", env!("CARGO_PKG_VERSION")).into(),
@@ -258,10 +258,13 @@ impl KubeLeaseLeadership {
         match self.api.get_opt(&self.settings.name).await? {
             None => {
                 let lease = Lease {
-                    metadata: schema_marked(ObjectMeta {
-                        name: Some(self.settings.name.clone()),
-                        ..Default::default()
-                    }),
+                    metadata: schema_marked(
+                        ObjectMeta {
+                            name: Some(self.settings.name.clone()),
+                            ..Default::default()
+                        },
+                        self.ledger.schema_version().await.ok(),
+                    ),
                     spec: Some(self.spec(None, now)),
                 };
                 match self.api.create(&PostParams::default(), &lease).await {
@@ -289,7 +292,10 @@ impl KubeLeaseLeadership {
                     return Ok(false);
                 }
                 let lease = Lease {
-                    metadata: schema_marked(existing.metadata.clone()),
+                    metadata: schema_marked(
+                        existing.metadata.clone(),
+                        self.ledger.schema_version().await.ok(),
+                    ),
                     spec: Some(self.spec(Some(&spec), now)),
                 };
                 match self
@@ -483,14 +489,14 @@ mod tests {
                 annotations: v.map(|v| [(SCHEMA_ANNOTATION.to_string(), v.to_string())].into()),
                 ..Default::default()
             };
-            schema_marked(meta).annotations.unwrap()[SCHEMA_ANNOTATION].clone()
+            schema_marked(meta, Some(2)).annotations.unwrap()[SCHEMA_ANNOTATION].clone()
         };
-        let ours = ledger::schema::SCHEMA_VERSION.to_string();
-        assert_eq!(mark(None), ours);
-        assert_eq!(mark(Some("0")), ours);
-        assert_eq!(mark(Some("garbage")), ours);
-        let newer = (ledger::schema::SCHEMA_VERSION + 1).to_string();
-        assert_eq!(mark(Some(&newer)), newer);
+        assert_eq!(mark(None), "2");
+        assert_eq!(mark(Some("1")), "2");
+        assert_eq!(mark(Some("garbage")), "2");
+        assert_eq!(mark(Some("3")), "3", "never lowered");
+        // The ledger unread: the Lease keeps what it has.
+        assert_eq!(schema_marked(ObjectMeta::default(), None).annotations, None);
     }
 
     fn spec(holder: Option<&str>) -> LeaseSpec {

@@ -224,11 +224,11 @@ Extra annotations of a hook's pod: podAnnotations, then hooks.podAnnotations ove
 {{- end }}
 
 {{/*
-Refuses to render (so `helm upgrade` and `helm rollback` stop before any hook runs) when the
-release's Lease says its leader ran on a ledger schema newer than this chart's binaries support:
-their migration would refuse it, and their pods would not serve on it. The operator marks the Lease
-whenever it takes leadership (operator/src/lease.rs). Without a cluster (`helm template`) there is
-nothing to look up and nothing is checked.
+Refuses to render (so `helm upgrade` stops before any hook runs) when the release's Lease says its
+ledger is at a schema newer than this chart's binaries support: their migration would refuse it,
+and their pods would not serve on it. The operator marks the Lease whenever it takes leadership
+(operator/src/lease.rs). Without a cluster (`helm template`) there is nothing to look up and
+nothing is checked; `helm rollback` renders nothing (the older migration hook refuses there).
 */}}
 {{- define "load-control.ledgerSchemaCheck" -}}
 {{- $lease := lookup "coordination.k8s.io/v1" "Lease" .Release.Namespace (include "load-control.leaseName" .) -}}

@@ -38,7 +38,9 @@ import org.apache.nifi.util.TestRunners;
  *
  * <p>What NiFi would refuse to start is refused here too: a property that is neither one of the
  * processor's nor declared dynamic (a typo, a renamed property), a processor that is not valid, a
- * relationship neither connected nor auto-terminated, a parameter the context lacks. UpdateAttribute
+ * relationship neither connected nor auto-terminated, a parameter the context lacks, a sensitive
+ * property whose parameter is not sensitive (or the reverse): every processor of the file is
+ * checked when it is loaded, whether a run reaches it or not. UpdateAttribute
  * (not published to Maven Central) is evaluated with NiFi's Expression Language, as {@link
  * Flow#update} does.
  */
@@ -48,7 +50,7 @@ final class FlowDefinition {
 
     record Component(String id, String name, String kind, String type, String group,
                      Map<String, String> properties, Set<String> dynamic, Set<String> serviceRefs,
-                     Set<String> autoTerminated, Set<String> retried) {
+                     Set<String> sensitive, Set<String> autoTerminated, Set<String> retried) {
         boolean placeholder() {
             return name.startsWith(FILL_IN);
         }
@@ -85,6 +87,7 @@ final class FlowDefinition {
     private final Map<String, JsonNode> services = new HashMap<>();
     private final List<Connection> connections = new ArrayList<>();
     private final Map<String, String> parameters = new HashMap<>();
+    private final Set<String> sensitiveParameters = new TreeSet<>();
 
     private FlowDefinition(Path file) {
         this.file = file;
@@ -97,6 +100,9 @@ final class FlowDefinition {
         for (JsonNode ctx : root.path("parameterContexts")) {
             for (JsonNode p : ctx.path("parameters")) {
                 def.parameters.put(p.path("name").asText(), p.path("value").isNull() ? null : p.path("value").asText());
+                if (p.path("sensitive").asBoolean()) {
+                    def.sensitiveParameters.add(p.path("name").asText());
+                }
             }
         }
         overrides.forEach((k, v) -> {
@@ -106,7 +112,73 @@ final class FlowDefinition {
             def.parameters.put(k, v);
         });
         def.read(root.path("flowContents"), "");
+        def.checkEveryProcessor();
         return def;
+    }
+
+    /**
+     * What NiFi checks before it starts a processor, for every processor of the file, whether a
+     * test reaches it or not: valid with the file's properties, and each relationship connected or
+     * auto-terminated. PG-05's HTTP processors need the test's HTTP Context Map: {@link Pg05}
+     * checks them.
+     */
+    private void checkEveryProcessor() {
+        for (JsonNode s : services.values()) {
+            Map<String, String> props = new LinkedHashMap<>();
+            Set<String> sensitive = new TreeSet<>();
+            s.path("properties").fields().forEachRemaining(e -> props.put(e.getKey(), e.getValue().asText()));
+            s.path("propertyDescriptors").fields().forEachRemaining(e -> {
+                if (e.getValue().path("sensitive").asBoolean()) {
+                    sensitive.add(e.getKey());
+                }
+            });
+            checkSensitivity("controller service " + s.path("name").asText(), props, sensitive);
+        }
+        for (Component c : components.values()) {
+            checkSensitivity(c.toString(), c.properties(), c.sensitive());
+            if (!c.kind().equals("PROCESSOR") || isHttp(c)) {
+                continue;
+            }
+            if (c.type().equals(UPDATE_ATTRIBUTE)) {
+                checkWired(c, Set.of("success"));
+            } else {
+                checkWired(c, relationships(runner(c, Map.of())));
+            }
+        }
+    }
+
+    /**
+     * NiFi's rule for parameters: a sensitive property refers to sensitive parameters only (and
+     * nothing else: its whole value is the reference), a property that is not sensitive never to a
+     * sensitive one; a flow that breaks it does not import.
+     */
+    private void checkSensitivity(String c, Map<String, String> properties, Set<String> sensitive) {
+        properties.forEach((name, value) -> {
+            if (value == null) {
+                return;
+            }
+            Matcher m = PARAMETER.matcher(value);
+            while (m.find()) {
+                boolean secret = sensitiveParameters.contains(m.group(1));
+                if (sensitive.contains(name) != secret) {
+                    fail(c + ": property '" + name + "' (" + (sensitive.contains(name) ? "" : "not ")
+                            + "sensitive) refers to parameter #{" + m.group(1) + "} (" + (secret ? "" : "not ")
+                            + "sensitive)");
+                }
+            }
+            if (sensitive.contains(name) && !PARAMETER.matcher(value).matches()) {
+                fail(c + ": sensitive property '" + name + "' must be one parameter reference, not " + value);
+            }
+        });
+    }
+
+    static boolean isHttp(Component c) {
+        return c.type().endsWith(".HandleHttpRequest") || c.type().endsWith(".HandleHttpResponse");
+    }
+
+    static Set<String> relationships(TestRunner runner) {
+        return runner.getProcessor().getRelationships().stream().map(Relationship::getName)
+                .collect(Collectors.toSet());
     }
 
     private void read(JsonNode group, String name) {
@@ -120,6 +192,7 @@ final class FlowDefinition {
                         e.getValue().isNull() ? null : e.getValue().asText()));
                 Set<String> dynamic = new TreeSet<>();
                 Set<String> refs = new TreeSet<>();
+                Set<String> sensitive = new TreeSet<>();
                 c.path("propertyDescriptors").fields().forEachRemaining(e -> {
                     if (e.getValue().path("dynamic").asBoolean()) {
                         dynamic.add(e.getKey());
@@ -127,10 +200,13 @@ final class FlowDefinition {
                     if (e.getValue().path("identifiesControllerService").asBoolean()) {
                         refs.add(e.getKey());
                     }
+                    if (e.getValue().path("sensitive").asBoolean()) {
+                        sensitive.add(e.getKey());
+                    }
                 });
                 components.put(c.path("identifier").asText(), new Component(c.path("identifier").asText(),
                         c.path("name").asText(), c.path("componentType").asText(), c.path("type").asText(), name,
-                        props, dynamic, refs, strings(c.path("autoTerminatedRelationships")),
+                        props, dynamic, refs, sensitive, strings(c.path("autoTerminatedRelationships")),
                         strings(c.path("retriedRelationships"))));
             }
         }
@@ -235,8 +311,7 @@ final class FlowDefinition {
             }
             Pending p = queue.poll();
             Component c = p.at();
-            boolean http = c.type().endsWith(".HandleHttpRequest") || c.type().endsWith(".HandleHttpResponse");
-            if (!p.first() && (c.placeholder() || http)) {
+            if (!p.first() && (c.placeholder() || isHttp(c))) {
                 exits.add(new Exit(c.group(), c.name(), null, p.ff()));
                 continue;
             }
@@ -282,8 +357,7 @@ final class FlowDefinition {
             return Map.of("success", List.of(Flow.update(in, rules)));
         }
         TestRunner runner = runner(c, Map.of());
-        checkWired(c, runner.getProcessor().getRelationships().stream().map(Relationship::getName)
-                .collect(Collectors.toSet()));
+        checkWired(c, relationships(runner));
         Map<String, List<MockFlowFile>> raw = Flow.run(runner, in);
         Map<String, List<Flow.FF>> out = new LinkedHashMap<>();
         raw.forEach((rel, ffs) -> {
@@ -356,7 +430,7 @@ final class FlowDefinition {
         runner.setProperty(name, id);
     }
 
-    private void checkWired(Component c, Set<String> relationships) {
+    void checkWired(Component c, Set<String> relationships) {
         for (String rel : relationships) {
             if (from(c, rel).isEmpty() && !c.autoTerminated().contains(rel)) {
                 fail(c + ": relationship '" + rel + "' is neither connected nor auto-terminated "

@@ -36,6 +36,8 @@ final class Pg05 implements AutoCloseable {
         Map<String, ControllerService> services = Map.of(receive.properties().get("HTTP Context Map"), map);
         request = def.runner(receive, services);
         response = def.runner(answer, services);
+        def.checkWired(receive, FlowDefinition.relationships(request));
+        def.checkWired(answer, FlowDefinition.relationships(response));
         // Starts Jetty (HandleHttpRequest's @OnScheduled) and keeps it up between triggers.
         request.run(1, false, true);
     }
