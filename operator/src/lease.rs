@@ -249,21 +249,30 @@ impl KubeLeaseLeadership {
         }
     }
 
+    /// The ledger's schema version for the Lease's mark, or none when it cannot be read within a
+    /// second (the mark then stays as it is; taking the Lease does not wait for the database).
+    async fn ledger_schema(&self) -> Option<i32> {
+        tokio::time::timeout(Duration::from_secs(1), self.ledger.schema_version())
+            .await
+            .ok()?
+            .ok()
+    }
+
     /// One attempt; `Ok(true)` when we hold the lease afterwards.
     pub async fn try_acquire(&mut self) -> anyhow::Result<bool> {
-        let now = Timestamp::now();
-        // The deadline counts from before the request was sent: the API server may have
-        // written it at any moment until the answer came.
-        let sent = Instant::now();
         match self.api.get_opt(&self.settings.name).await? {
             None => {
+                let schema = self.ledger_schema().await;
+                // The deadline counts from before the request was sent: the API server may have
+                // written it at any moment until the answer came.
+                let (now, sent) = (Timestamp::now(), Instant::now());
                 let lease = Lease {
                     metadata: schema_marked(
                         ObjectMeta {
                             name: Some(self.settings.name.clone()),
                             ..Default::default()
                         },
-                        self.ledger.schema_version().await.ok(),
+                        schema,
                     ),
                     spec: Some(self.spec(None, now)),
                 };
@@ -291,11 +300,10 @@ impl KubeLeaseLeadership {
                 if !may_take(&spec, &self.holder, unchanged_for) {
                     return Ok(false);
                 }
+                let schema = self.ledger_schema().await;
+                let (now, sent) = (Timestamp::now(), Instant::now());
                 let lease = Lease {
-                    metadata: schema_marked(
-                        existing.metadata.clone(),
-                        self.ledger.schema_version().await.ok(),
-                    ),
+                    metadata: schema_marked(existing.metadata.clone(), schema),
                     spec: Some(self.spec(Some(&spec), now)),
                 };
                 match self
