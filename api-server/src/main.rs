@@ -221,12 +221,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Migrate => {
             let config = load(&cli)?;
             config.validate()?;
-            logging::init(
-                &config.logging,
-                "server",
-                &lcconfig::redact::Secrets::of_config(&config),
-            )
-            .map_err(anyhow::Error::msg)?;
+            logging::init(&config.logging, "server", &config.secrets())
+                .map_err(anyhow::Error::msg)?;
             let version = ledger::migrate::run_migrations_as(&config.migration_dsn())
                 .await
                 .context("applying migrations")?;
@@ -259,12 +255,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             if let Some(path) = &config.auth.tokens_file {
                 server::read_tokens_file(path)?;
             }
-            logging::init(
-                &config.logging,
-                "server",
-                &lcconfig::redact::Secrets::of_config(&config),
-            )
-            .map_err(anyhow::Error::msg)?;
+            logging::init(&config.logging, "server", &config.secrets())
+                .map_err(anyhow::Error::msg)?;
             if *migrate {
                 ledger::migrate::run_migrations_as(&config.migration_dsn())
                     .await

@@ -8,7 +8,7 @@
 //! boolean, a list, a mapping, or `null` for an optional number) gets the value read as YAML.
 //! Every value is offered as text first; one its field refuses as text is read as YAML and the
 //! configuration extracted again, so a run takes at most one extraction per variable.
-use crate::config::ConfigError;
+use crate::error::ConfigError;
 use figment::value::{Dict, Map, Value};
 use figment::{Figment, Metadata, Profile, Provider};
 use serde::de::DeserializeOwned;

@@ -221,29 +221,6 @@ impl Secrets {
         Secrets(Arc::new(all))
     }
 
-    /// The secrets of a configuration: the signing secret and every signing key's, the database passwords (of `url`,
-    /// `migration_url` and `listen_dsn`) and the raw tokens `loadctl` reads (`monitor.*`).
-    pub fn of_config(c: &crate::config::Config) -> Secrets {
-        let mut values: Vec<String> = vec![];
-        values.extend(c.nifi.signing_secret.clone());
-        for key in c.nifi.signing_keys.iter().flatten() {
-            values.push(key.secret.clone());
-        }
-        for url in [
-            &c.database.url,
-            &c.database.migration_url,
-            &c.database.listen_dsn,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            values.extend(database_passwords(url));
-        }
-        values.extend(c.monitor.token.clone());
-        values.extend(c.monitor.operator_token.clone());
-        Secrets::new(values)
-    }
-
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()
     }
@@ -450,20 +427,6 @@ mod tests {
         );
         // Too short to scrub without mangling the line.
         assert_eq!(s.scrub("abc"), "abc");
-    }
-
-    #[test]
-    fn every_signing_key_is_scrubbed_from_the_configuration() {
-        let c = crate::config::Config::from_sources(
-            "nifi:\n  signing_keys:\n    - {id: new, secret: n3w-s3cret}\n    - {id: old, secret: 0ld-s3cret}\n",
-            &[],
-        )
-        .unwrap();
-        let s = Secrets::of_config(&c);
-        assert_eq!(
-            s.scrub("signed with n3w-s3cret, once with 0ld-s3cret"),
-            "signed with ***, once with ***"
-        );
     }
 
     #[test]

@@ -173,12 +173,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             "invalid configuration at `nifi.receiver_url`: the operator process needs NiFi's PG-05 receiver URL"
         );
     }
-    lcconfig::logging::init(
-        &config.logging,
-        "worker",
-        &lcconfig::redact::Secrets::of_config(&config),
-    )
-    .map_err(anyhow::Error::msg)?;
+    lcconfig::logging::init(&config.logging, "worker", &config.secrets())
+        .map_err(anyhow::Error::msg)?;
     let _ = rustls::crypto::ring::default_provider().install_default();
     // Connects in the background: a database that is not there yet is waited out (leadership,
     // dispatcher and sweeper retry; /readyz says so), never a reason to exit.

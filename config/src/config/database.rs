@@ -1,0 +1,90 @@
+//! `database`: where the ledger is, the pool, and the password file.
+use super::Dur;
+use crate::error::{ConfigError, invalid};
+use serde::Deserialize;
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatabaseConfig {
+    pub url: Option<String>,
+    pub migration_url: Option<String>,
+    pub listen_dsn: Option<String>,
+    pub pool_size: u32,
+    pub max_overflow: u32,
+    pub tx_attempts: u32,
+    /// **[v1-ext]** No pooled connection is used after this age, so that a pool behind a moving
+    /// service address ends up on the current primary even if nothing ever fails.
+    pub pool_max_lifetime: Dur,
+    /// A file holding the password of `url` and `listen_dsn` (and of `migration_url` when unset):
+    /// read again while running, so a rotated password is used without a restart.
+    pub password_file: Option<std::path::PathBuf>,
+}
+
+impl Default for DatabaseConfig {
+    fn default() -> Self {
+        DatabaseConfig {
+            url: None,
+            migration_url: None,
+            listen_dsn: None,
+            pool_size: 10,
+            max_overflow: 5,
+            tx_attempts: 3,
+            pool_max_lifetime: Dur::secs(600),
+            password_file: None,
+        }
+    }
+}
+
+impl DatabaseConfig {
+    /// `url` with a `postgresql+<driver>://` scheme reduced to `postgresql://`.
+    pub fn url(&self) -> String {
+        self.url
+            .as_deref()
+            .and_then(normalize_database_url)
+            .unwrap_or_default()
+    }
+
+    /// `url` with the password of `password_file`.
+    pub fn dsn(&self) -> ledger::Dsn {
+        ledger::Dsn::new(self.url()).with_password_file(self.password_file.clone())
+    }
+
+    /// §10.4's checks of the `database` section.
+    pub(super) fn validate(&self) -> Result<(), ConfigError> {
+        match &self.url {
+            None => return Err(invalid("database.url", "is required (or set DATABASE_URL)")),
+            Some(u) if normalize_database_url(u).is_none() => {
+                return Err(invalid(
+                    "database.url",
+                    "must be a postgres:// or postgresql:// URL",
+                ));
+            }
+            _ => {}
+        }
+        if let Err(e) = self.dsn().file_password() {
+            return Err(invalid(
+                "database.password_file",
+                format!(
+                    "cannot be read ({}): {e}",
+                    self.password_file
+                        .as_deref()
+                        .unwrap_or(std::path::Path::new(""))
+                        .display()
+                ),
+            ));
+        }
+        if self.pool_max_lifetime.0 < std::time::Duration::from_secs(1) {
+            return Err(invalid(
+                "database.pool_max_lifetime",
+                "must be at least 1 second",
+            ));
+        }
+        Ok(())
+    }
+}
+
+pub fn normalize_database_url(url: &str) -> Option<String> {
+    let (scheme, rest) = url.split_once("://")?;
+    let base = scheme.split('+').next()?;
+    matches!(base, "postgres" | "postgresql").then(|| format!("{base}://{rest}"))
+}
