@@ -114,6 +114,16 @@ impl Retirement {
     }
 }
 
+/// The connection itself is gone (its server closed it, or the socket broke), not the statement
+/// refused: `Ledger::begin` may take another connection.
+pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => matches!(db.code().as_deref(), Some("57P01" | "57P02")),
+        _ => false,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

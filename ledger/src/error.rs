@@ -77,7 +77,7 @@ pub enum LedgerError {
     /// Another installation (release) owns this ledger and refreshed its claim recently: this
     /// process does not lead (`crate::ops::owner`). The message names both and what to do.
     #[error("{0}")]
-    OwnedByOther(crate::ops::owner::OwnerConflict),
+    OwnedByOther(crate::owner::OwnerConflict),
     #[error("database error: {0}")]
     Database(#[source] sqlx::Error),
 }

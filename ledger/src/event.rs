@@ -1,6 +1,6 @@
 //! Rows of `load_event` (CONTRACT §8), always inserted in the transaction of the change they record.
 use crate::error::Result;
-use crate::store::RunRow;
+use crate::run_lock::RunRow;
 use crate::text::cut;
 use serde_json::{Value, json};
 use sqlx::PgConnection;
@@ -150,7 +150,7 @@ impl Event {
     /// (`Ledger::committed_after_all`), should the COMMIT's answer be lost.
     pub fn id_of_commit() -> Uuid {
         let event_id = Uuid::now_v7();
-        let _ = crate::store::COMMIT_MARKER.try_with(|m| m.set(Some(event_id)));
+        let _ = crate::transactions::COMMIT_MARKER.try_with(|m| m.set(Some(event_id)));
         event_id
     }
 

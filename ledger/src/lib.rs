@@ -9,17 +9,22 @@ pub mod decimal;
 pub mod dsn;
 pub mod error;
 pub mod event;
+mod job_thresholds;
 pub mod json;
 pub mod judge;
 pub mod machine;
 pub mod manifest;
 pub mod migrate;
+mod notify;
 pub mod ops;
+mod owner;
+mod run_lock;
 pub mod schema;
 pub mod settings;
 pub mod status;
 pub mod store;
 pub mod text;
+mod transactions;
 
 pub use decimal::Decimal38;
 pub use dsn::Dsn;
@@ -31,13 +36,13 @@ pub use ops::claim::ClaimOutcome;
 pub use ops::cleanup::{CleanupCandidate, CleanupRecorded};
 pub use ops::create::{CreatedRun, NewRun};
 pub use ops::dispatch::{DispatchRequest, Gauges, LeasedDispatch, Recorded, SendOutcome};
+pub use ops::fence::Fence;
 pub use ops::history::HistoryReport;
 pub use ops::jobs::{JobSummary, JobWrite, MirroredRun, RunBrief};
-pub use ops::leader::{Fence, LEADER_NAME};
+pub use ops::leader::LEADER_NAME;
 pub use ops::manifest::{DispatchPartition, ManifestOutcome};
 pub use ops::monitor::{Alert, EventView, MonitorSummary};
 pub use ops::operator::{CancelOutcome, ResendOutcome};
-pub use ops::owner::{MIN_OWNER_STALE, OwnerConflict, default_owner_stale};
 pub use ops::partition_fail::{PartitionFailOutcome, PartitionFailure};
 pub use ops::publish::{PublishClaim, StatusChange};
 pub use ops::read::{RunDetail, RunFilter, RunSummary};
@@ -47,6 +52,7 @@ pub use ops::validation::{
     MetricItem, MetricStage, MetricView, MetricsRecorded, StageVerdict, StartOutcome,
     SuccessVerdict,
 };
+pub use owner::{MIN_OWNER_STALE, OwnerConflict, default_owner_stale};
 pub use schema::{SCHEMA_VERSION, SUPPORTED_SCHEMA, SchemaMismatch};
 pub use status::{DispatchStatus, DispatchType, PartitionStatus, RunStatus};
 pub use store::{Ledger, LedgerConfig, LockWaitObserver};

@@ -11,8 +11,6 @@
 //! binary (it only adds: tables, nullable or defaulted columns, indexes), so a binary runs on its
 //! own schema version and on the next one — which is what a rolling upgrade and a rollback of one
 //! release need. Whatever a release stops using is dropped one release later at the earliest.
-use crate::error::{LedgerError, Result};
-use crate::store::Ledger;
 use std::ops::RangeInclusive;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -69,7 +67,7 @@ impl std::fmt::Display for SchemaMismatch {
 impl std::error::Error for SchemaMismatch {}
 
 /// `Ok` when `version` is in [`SUPPORTED_SCHEMA`].
-pub fn judge(version: i32) -> Result<(), SchemaMismatch> {
+pub fn judge(version: i32) -> std::result::Result<(), SchemaMismatch> {
     if SUPPORTED_SCHEMA.contains(&version) {
         Ok(())
     } else {
@@ -80,7 +78,7 @@ pub fn judge(version: i32) -> Result<(), SchemaMismatch> {
     }
 }
 
-/// The last reading of the schema version, shared by every clone of a [`Ledger`].
+/// The last reading of the schema version, shared by every clone of a `Ledger`.
 #[derive(Debug, Clone)]
 pub(crate) struct SchemaGate {
     last: Arc<Mutex<Option<(Instant, i32)>>>,
@@ -101,12 +99,12 @@ impl SchemaGate {
         self.last.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn record(&self, version: i32) {
+    pub(crate) fn record(&self, version: i32) {
         *self.lock() = Some((Instant::now(), version));
     }
 
     /// The last reading when it is recent enough to be trusted.
-    fn fresh(&self) -> Option<i32> {
+    pub(crate) fn fresh(&self) -> Option<i32> {
         self.lock()
             .filter(|(at, _)| at.elapsed() < self.recheck)
             .map(|(_, v)| v)
@@ -115,8 +113,8 @@ impl SchemaGate {
 
 /// `SELECT version FROM nifi_ops.schema_version` on `conn`; 0 when there is no row or no table
 /// (a schema migrated by release 0.1.0, or not at all).
-pub async fn read_version(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Error> {
-    let row: Result<Option<(i32,)>, sqlx::Error> =
+pub async fn read_version(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, sqlx::Error> {
+    let row: std::result::Result<Option<(i32,)>, sqlx::Error> =
         sqlx::query_as("SELECT version FROM nifi_ops.schema_version")
             .fetch_optional(&mut *conn)
             .await;
@@ -124,77 +122,5 @@ pub async fn read_version(conn: &mut sqlx::PgConnection) -> Result<i32, sqlx::Er
         Ok(row) => Ok(row.map_or(0, |r| r.0)),
         Err(sqlx::Error::Database(db)) if db.code().as_deref() == Some("42P01") => Ok(0),
         Err(e) => Err(e),
-    }
-}
-
-impl Ledger {
-    /// How long a reading of the schema version is trusted before a write reads it again
-    /// (default [`SCHEMA_RECHECK`]).
-    pub fn with_schema_recheck(mut self, recheck: Duration) -> Self {
-        self.schema.recheck = recheck;
-        self
-    }
-
-    /// The database's schema version, read now (and remembered for the writes that follow).
-    pub async fn schema_version(&self) -> Result<i32> {
-        let outcome: Result<i32> = async {
-            let mut conn = self.pool.acquire().await?;
-            Ok(read_version(&mut conn).await?)
-        }
-        .await;
-        match &outcome {
-            Ok(v) => self.schema.record(*v),
-            Err(e) => self.observe_error(e),
-        }
-        outcome
-    }
-
-    /// Reads the schema version now: `SchemaUnsupported` (naming both versions and what to do)
-    /// when this binary does not run on it. At start and in every readiness probe.
-    pub async fn check_schema(&self) -> Result<i32> {
-        let version = self.schema_version().await?;
-        judge(version).map_err(LedgerError::SchemaUnsupported)?;
-        Ok(version)
-    }
-
-    /// Before every write: the last reading if recent, else a new one. No round trip on the hot
-    /// path but one per [`SCHEMA_RECHECK`]; a readiness probe refreshes it too.
-    pub(crate) async fn admit_write(&self) -> Result<()> {
-        let version = match self.schema.fresh() {
-            Some(v) => v,
-            None => self.schema_version().await?,
-        };
-        judge(version).map_err(LedgerError::SchemaUnsupported)
-    }
-}
-
-impl Ledger {
-    /// At a process's start: reads and judges the schema version within `limit` and logs the
-    /// verdict — an unsupported version at error level, with both versions and what to do. Serves
-    /// nothing by itself: readiness and every write check again.
-    pub async fn log_schema_at_start(&self, limit: Duration) {
-        match tokio::time::timeout(limit, self.check_schema()).await {
-            Ok(Ok(version)) => tracing::info!(
-                event = "schema_supported",
-                database = version,
-                supported = %format!("{}..={}", SUPPORTED_SCHEMA.start(), SUPPORTED_SCHEMA.end()),
-                "this binary runs on the database's schema version"
-            ),
-            Ok(Err(e @ LedgerError::SchemaUnsupported(_))) => tracing::error!(
-                event = "schema_unsupported",
-                error = %e,
-                "this binary does not run on the database's schema version: not ready, and it writes nothing"
-            ),
-            Ok(Err(e)) => tracing::warn!(
-                event = "schema_unchecked",
-                error = %e,
-                "the schema version could not be read at start; readiness checks it again"
-            ),
-            Err(_) => tracing::warn!(
-                event = "schema_unchecked",
-                error = %format!("no answer within {limit:?}"),
-                "the schema version could not be read at start; readiness checks it again"
-            ),
-        }
     }
 }

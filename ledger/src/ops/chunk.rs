@@ -7,8 +7,10 @@ use super::claim::parse_run_status;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
+use crate::run_lock::run_lock_key;
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, alone, run_lock_key, transaction};
+use crate::store::Ledger;
+use crate::transactions::{alone, transaction};
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -291,7 +293,7 @@ impl Ledger {
     async fn partition_mismatched(
         &self,
         conn: &mut sqlx::PgConnection,
-        run: &crate::store::RunRow,
+        run: &crate::run_lock::RunRow,
         pid: &str,
         text: &str,
     ) -> Result<()> {

@@ -2,8 +2,10 @@
 //! lock decides ownership; the run row is only held FOR KEY SHARE. The claim is one server-side
 //! function, `nifi_ops.claim_partition` (migration 20261204000013), run on its own: one round trip.
 use crate::error::{LedgerError, Result};
+use crate::run_lock::run_lock_key;
 use crate::status::{PartitionStatus, RunStatus};
-use crate::store::{Ledger, alone, run_lock_key};
+use crate::store::Ledger;
+use crate::transactions::alone;
 use serde::Serialize;
 use uuid::Uuid;
 

@@ -2,9 +2,11 @@
 //! record that PG-70 (or an operator) deleted their files. load-control deletes nothing itself.
 use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
+use crate::job_thresholds::JobThresholds;
 use crate::json::ts;
 use crate::status::RunStatus;
-use crate::store::{JobThresholds, Ledger, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::json;

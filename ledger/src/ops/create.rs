@@ -1,8 +1,11 @@
 //! `POST /v1/runs` (CONTRACT §4.1, §5.1).
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
+use crate::notify::notify_run;
+use crate::run_lock::{RUN_COLUMNS, RunRow};
 use crate::status::RunStatus;
-use crate::store::{Ledger, RUN_COLUMNS, RunRow, notify_run, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use serde::Serialize;
 use serde_json::{Map, Value};
 use uuid::Uuid;

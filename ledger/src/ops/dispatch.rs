@@ -1,11 +1,12 @@
 //! The transactional outbox's leader side (CONTRACT §6): leasing due rows and recording what NiFi
 //! answered. Each is one short fenced transaction; the HTTP call happens between them, never inside.
-use super::leader::{Fence, check_fence};
+use super::fence::{Fence, check_fence};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
 use crate::settings::Thresholds;
-use crate::store::{Ledger, transaction};
+use crate::store::Ledger;
 use crate::text::cut;
+use crate::transactions::transaction;
 use serde_json::{Value, json};
 use std::time::Duration;
 use uuid::Uuid;

@@ -4,10 +4,11 @@
 //! run is deleted in a short fenced transaction of its own, at most `cleanup.history_batch` runs
 //! per tick, so that no request ever waits on the retention for longer than one run's delete.
 //! Optionally each run is first written to a JSON-lines archive (`cleanup.history_archive`).
-use super::leader::{Fence, check_fence};
+use super::fence::{Fence, check_fence};
 use crate::error::{LedgerError, Result};
 use crate::settings::HistoryArchive;
-use crate::store::{Ledger, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use std::path::{Path, PathBuf};
 use uuid::Uuid;
 

@@ -1,8 +1,9 @@
 //! The operator's view of the ledger (ARCHITECTURE loops 1–2): `load_job` rows written by the
 //! LoadJob controller (fenced), per-job run summaries, and the runs the LoadRun mirror reflects.
-use super::leader::{Fence, check_fence};
+use super::fence::{Fence, check_fence};
 use crate::error::Result;
-use crate::store::{Ledger, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use std::sync::LazyLock;

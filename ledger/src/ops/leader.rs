@@ -1,18 +1,11 @@
-//! Leadership epochs and the fence every leader transaction checks first (CONTRACT §1.8, §7.1).
-use crate::error::{LedgerError, Result};
-use crate::store::{Ledger, transaction};
-use sqlx::PgConnection;
+//! Leadership epochs (CONTRACT §1.8, §7.1): acquiring one, and reading the current one.
+use super::fence::Fence;
+use crate::error::Result;
+use crate::store::Ledger;
+use crate::transactions::transaction;
 
 /// The `leader_epoch` row of a deployment.
 pub const LEADER_NAME: &str = "load-control";
-
-/// The epoch this process won; valid until a later acquisition bumps the row.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fence {
-    pub name: String,
-    pub epoch: i64,
-    pub holder: String,
-}
 
 impl Ledger {
     /// Bumps the epoch after winning the Lease or the advisory lock. Waits for the deposed
@@ -50,22 +43,5 @@ impl Ledger {
                 .fetch_optional(&self.pool)
                 .await?,
         )
-    }
-}
-
-/// The first statement of every leader transaction: `Fenced` (write nothing) unless our epoch is
-/// still the current one. The FOR SHARE lock makes a new acquisition wait for this transaction.
-pub(crate) async fn check_fence(conn: &mut PgConnection, fence: &Fence) -> Result<()> {
-    let current: Option<(i64,)> =
-        sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch WHERE name = $1 FOR SHARE")
-            .bind(&fence.name)
-            .fetch_optional(&mut *conn)
-            .await?;
-    match current {
-        Some((epoch,)) if epoch == fence.epoch => Ok(()),
-        other => Err(LedgerError::Fenced {
-            ours: fence.epoch,
-            current: other.map(|c| c.0),
-        }),
     }
 }

@@ -2,8 +2,10 @@
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
+use crate::notify::notify_dispatch;
 use crate::status::{DispatchStatus, RunStatus};
-use crate::store::{Ledger, notify_dispatch, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -37,11 +39,11 @@ impl Ledger {
         run_id: Uuid,
         reason: &str,
         actor: &Actor,
-        fence: Option<&super::leader::Fence>,
+        fence: Option<&super::fence::Fence>,
     ) -> Result<CancelOutcome> {
         transaction!(self, |conn| async {
             if let Some(f) = fence {
-                super::leader::check_fence(conn, f).await?;
+                super::fence::check_fence(conn, f).await?;
             }
             let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;

@@ -4,7 +4,8 @@ use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Actor, Event, Level};
 use crate::status::RunStatus;
-use crate::store::{Ledger, transaction};
+use crate::store::Ledger;
+use crate::transactions::transaction;
 use serde::Serialize;
 use serde_json::json;
 use uuid::Uuid;
@@ -146,11 +147,11 @@ impl Ledger {
         resolution: RunStatus,
         reason: &str,
         actor: &Actor,
-        fence: Option<&super::leader::Fence>,
+        fence: Option<&super::fence::Fence>,
     ) -> Result<StatusChange> {
         transaction!(self, |conn| async {
             if let Some(f) = fence {
-                super::leader::check_fence(conn, f).await?;
+                super::fence::check_fence(conn, f).await?;
             }
             let run = self.lock_run(conn, run_id).await?;
             let status = run.status()?;
