@@ -2,8 +2,10 @@
 pub mod access;
 pub mod app;
 pub mod auth;
+pub mod bodies;
 pub mod edge;
 pub mod error;
+pub mod extract;
 pub mod handlers;
 pub mod input;
 pub mod keep_alive;

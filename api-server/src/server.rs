@@ -1,6 +1,7 @@
 //! Running the API: database pool, listener, graceful shutdown.
-use crate::app::{AppState, service};
+use crate::app::service;
 use crate::config::Config;
+use crate::extract::AppState;
 use ledger::Ledger;
 use std::time::Duration;
 use tokio::net::TcpListener;

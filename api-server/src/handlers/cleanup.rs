@@ -4,17 +4,17 @@ use super::prelude::*;
 v1_operation! {
     get "/v1/cleanup/candidates", "Runs due for cleanup.",
     params = [("jobKey" = Option<String>, Query), ("limit" = Option<i64>, Query, minimum = 1, maximum = 500)],
-    ok = [crate::openapi::CandidateList];
+    ok = [crate::bodies::CandidateList];
     pub async fn cleanup_candidates(
         State(s): State<AppState>,
         _c: ReadCaller,
         req: Request,
-    ) -> ApiResult<crate::openapi::CandidateList> {
+    ) -> ApiResult<crate::bodies::CandidateList> {
         let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
         let job_key = requests::query_job_key(&input.query, &mut input.problems);
         let limit = requests::query_int(&input.query, "limit", 1, 500, 50, &mut input.problems);
         input.problems.check()?;
-        Ok(Json(crate::openapi::CandidateList {
+        Ok(Json(crate::bodies::CandidateList {
             runs: s
                 .0
                 .ledger
@@ -26,7 +26,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/cleanup", "Record a cleanup.",
-    request_body = [crate::openapi::CleanupBody],
+    request_body = [crate::bodies::CleanupBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::CleanupRecorded];
     pub async fn record_cleanup(

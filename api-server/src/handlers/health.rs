@@ -42,5 +42,5 @@ pub async fn metrics(State(s): State<AppState>, headers: axum::http::HeaderMap) 
 
 #[utoipa::path(get, path = "/openapi.json", description = "This document.", responses((status = 200, description = "OK")))]
 pub async fn openapi_json(State(s): State<AppState>) -> Response {
-    Json(crate::openapi::document(&s.0.config.server.root_path)).into_response()
+    Json(s.0.openapi.clone()).into_response()
 }

@@ -18,13 +18,13 @@ macro_rules! v1_operation {
             $(, params($($params)*))?,
             responses(
                 (status = 200, body = $($ok)*),
-                (status = 401, body = crate::openapi::ErrorDoc),
-                (status = 403, body = crate::openapi::ErrorDoc),
-                (status = 404, body = crate::openapi::ErrorDoc),
-                (status = 409, body = crate::openapi::ErrorDoc),
-                (status = 413, body = crate::openapi::ErrorDoc),
-                (status = 422, body = crate::openapi::ErrorDoc),
-                (status = 503, body = crate::openapi::ErrorDoc)
+                (status = 401, body = crate::bodies::ErrorDoc),
+                (status = 403, body = crate::bodies::ErrorDoc),
+                (status = 404, body = crate::bodies::ErrorDoc),
+                (status = 409, body = crate::bodies::ErrorDoc),
+                (status = 413, body = crate::bodies::ErrorDoc),
+                (status = 422, body = crate::bodies::ErrorDoc),
+                (status = 503, body = crate::bodies::ErrorDoc)
             ))]
         $($item)*
     };
@@ -51,10 +51,10 @@ pub use validation::*;
 /// What every handler module uses.
 mod prelude {
     #![allow(unused_imports)]
-    pub(crate) use crate::app::*;
     pub(crate) use crate::auth::{Authenticator, Caller, Role};
     pub(crate) use crate::config::Config;
     pub(crate) use crate::error::{ApiError, ErrorBody, PendingError};
+    pub(crate) use crate::extract::*;
     pub(crate) use crate::input::{JVal, ObjReader, Problems, parse_json};
     pub(crate) use crate::requests;
     pub(crate) use axum::body::Body;

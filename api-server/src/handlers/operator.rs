@@ -24,7 +24,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/publish-unknown/resolve", "Resolve PUBLISH_UNKNOWN.",
-    request_body = [crate::openapi::ResolveBody],
+    request_body = [crate::bodies::ResolveBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StatusChange];
     pub async fn resolve_publish_unknown(
@@ -47,7 +47,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/cancel", "Cancel a run.",
-    request_body = [crate::openapi::CancelBody],
+    request_body = [crate::bodies::CancelBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::CancelOutcome];
     pub async fn cancel_run(

@@ -3,7 +3,7 @@ use super::prelude::*;
 
 v1_operation! {
     post "/v1/runs/{run_id}/partitions/{partition_id}/claim", "Claim a partition.",
-    request_body = [crate::openapi::ClaimBody],
+    request_body = [crate::bodies::ClaimBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::ClaimOutcome];
     pub async fn claim_partition(
@@ -27,7 +27,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/partitions/{partition_id}/chunks", "Chunk report.",
-    request_body = [crate::openapi::ChunkBody],
+    request_body = [crate::bodies::ChunkBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::ChunkOutcome];
     pub async fn report_chunk(
@@ -49,7 +49,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/partitions/{partition_id}/fail", "Final partition failure.",
-    request_body = [crate::openapi::PartitionFailBody],
+    request_body = [crate::bodies::PartitionFailBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("partition_id" = String, Path, description = "4 digits or NULL")],
     ok = [ledger::PartitionFailOutcome];
     pub async fn fail_partition(

@@ -3,7 +3,7 @@ use super::prelude::*;
 
 v1_operation! {
     post "/v1/runs/{run_id}/publish/claim", "Claim the publish.",
-    request_body = [crate::openapi::PublishClaimBody],
+    request_body = [crate::bodies::PublishClaimBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::PublishClaim];
     pub async fn claim_publish(
@@ -25,7 +25,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/publish/result", "Report the publish outcome.",
-    request_body = [crate::openapi::PublishResultBody],
+    request_body = [crate::bodies::PublishResultBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StatusChange];
     pub async fn publish_result(

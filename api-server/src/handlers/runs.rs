@@ -3,7 +3,7 @@ use super::prelude::*;
 
 v1_operation! {
     post "/v1/runs", "Create a run.",
-    request_body = [crate::openapi::CreateRunBody],
+    request_body = [crate::bodies::CreateRunBody],
     ok = [ledger::CreatedRun];
     pub async fn create_run(
         State(s): State<AppState>,
@@ -53,7 +53,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/manifest", "Register the manifest.",
-    request_body = [crate::openapi::ManifestBody],
+    request_body = [crate::bodies::ManifestBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::ManifestOutcome];
     pub async fn register_manifest(
@@ -75,7 +75,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/fail", "Non-partition stage failure.",
-    request_body = [crate::openapi::RunFailBody],
+    request_body = [crate::bodies::RunFailBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::RunFailOutcome];
     pub async fn fail_run(
@@ -98,17 +98,17 @@ v1_operation! {
 v1_operation! {
     get "/v1/runs/{run_id}/events", "Event timeline, oldest first.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)"), ("limit" = Option<i64>, Query, minimum = 1, maximum = 1000)],
-    ok = [crate::openapi::EventList];
+    ok = [crate::bodies::EventList];
     pub async fn run_events(
         State(s): State<AppState>,
         _c: ReadCaller,
         req: Request,
-    ) -> ApiResult<crate::openapi::EventList> {
+    ) -> ApiResult<crate::bodies::EventList> {
         let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
         let run_id = input.run_id();
         let limit = requests::query_int(&input.query, "limit", 1, 1000, 200, &mut input.problems);
         input.problems.check()?;
-        Ok(Json(crate::openapi::EventList {
+        Ok(Json(crate::bodies::EventList {
             events: s.0.ledger.run_events(run_id, limit).await?,
         }))
     }

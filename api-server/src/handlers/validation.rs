@@ -3,7 +3,7 @@ use super::prelude::*;
 
 v1_operation! {
     post "/v1/runs/{run_id}/validation/start", "Start stage validation; acknowledges the dispatch.",
-    request_body = [crate::openapi::ValidationStartBody],
+    request_body = [crate::bodies::ValidationStartBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::StartOutcome];
     pub async fn start_validation(
@@ -26,7 +26,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/validations", "Store STAGING or TARGET metrics.",
-    request_body = [crate::openapi::MetricsBody],
+    request_body = [crate::bodies::MetricsBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::MetricsRecorded];
     pub async fn store_metrics(
@@ -50,16 +50,16 @@ v1_operation! {
 v1_operation! {
     get "/v1/runs/{run_id}/validations", "Stored metrics.",
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
-    ok = [crate::openapi::MetricList];
+    ok = [crate::bodies::MetricList];
     pub async fn list_metrics(
         State(s): State<AppState>,
         _c: ReadCaller,
         req: Request,
-    ) -> ApiResult<crate::openapi::MetricList> {
+    ) -> ApiResult<crate::bodies::MetricList> {
         let mut input = Input::read(&s, req, BodyMode::Ignored).await?;
         let run_id = input.run_id();
         input.problems.check()?;
-        Ok(Json(crate::openapi::MetricList {
+        Ok(Json(crate::bodies::MetricList {
             metrics: s.0.ledger.metrics(run_id).await?,
         }))
     }
@@ -83,7 +83,7 @@ v1_operation! {
 
 v1_operation! {
     post "/v1/runs/{run_id}/success", "Judge the TARGET metrics and finish.",
-    request_body = [crate::openapi::SuccessBody],
+    request_body = [crate::bodies::SuccessBody],
     params = [("run_id" = String, Path, description = "run UUID (hyphenated, 32 hex, braced or urn:uuid)")],
     ok = [ledger::SuccessVerdict];
     pub async fn succeed(
