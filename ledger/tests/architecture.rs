@@ -121,8 +121,15 @@ fn every_function_of_the_schema_and_every_sweeper_rule_is_listed() {
             }
         }
     }
-    let sweeper = std::fs::read_to_string(repo().join("ledger/src/ops/sweeper.rs")).unwrap();
+    let sweeper: String = std::fs::read_dir(repo().join("ledger/src/ops/sweeper"))
+        .unwrap()
+        .map(|e| std::fs::read_to_string(e.unwrap().path()).unwrap())
+        .collect();
     let rule = Regex::new(r"async fn (rule_[a-z_]+)\(").unwrap();
+    assert!(
+        rule.is_match(&sweeper),
+        "the sweeper's rules are in ledger/src/ops/sweeper/"
+    );
     for c in rule.captures_iter(&sweeper) {
         if !listed.contains(&c[1]) {
             missing.push(format!("sweeper {}", &c[1]));
@@ -138,3 +145,176 @@ fn every_function_of_the_schema_and_every_sweeper_rule_is_listed() {
 
 /// SQL functions no rule is decided by any more: dropped, or never called by this release.
 const RETIRED: &[&str] = &[];
+
+/// The crates of the product (e2e/ is the test bench, not product code).
+const PRODUCT_CRATES: &[&str] = &[
+    "ledger",
+    "config",
+    "api-server",
+    "operator",
+    "loadctl",
+    "crds",
+    "exposition",
+];
+
+/// Every `.rs` file under `dir`, recursively.
+fn rust_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = vec![];
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(rust_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A file's product code: its lines before its unit tests (`#[cfg(test)]` at the margin).
+fn product_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .take_while(|l| !l.starts_with("#[cfg(test)]"))
+        .collect()
+}
+
+/// Issue 39: a reader holds one file at a time. Seen failing on the tree before the splits:
+/// config/src/config.rs (1,070 lines), ledger/src/store.rs (721) and ledger/src/ops/sweeper.rs (751).
+#[test]
+fn no_file_of_product_code_is_over_600_lines() {
+    const MOST: usize = 600;
+    let mut big = vec![];
+    for krate in PRODUCT_CRATES {
+        for f in rust_files(&repo().join(krate).join("src")) {
+            let n = product_lines(&std::fs::read_to_string(&f).unwrap()).len();
+            if n > MOST {
+                big.push(format!(
+                    "{} ({n} lines)",
+                    f.strip_prefix(repo()).unwrap().display()
+                ));
+            }
+        }
+    }
+    assert!(
+        big.is_empty(),
+        "split by concern, to at most {MOST} lines of product code: {big:?}"
+    );
+}
+
+/// The module a file is (`store`, `ops::owner`, `ops::sweeper` for `ops/sweeper/mod.rs`; the
+/// crate root is "").
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).unwrap().with_extension("");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if matches!(
+        parts.last().map(String::as_str),
+        Some("mod" | "lib" | "main")
+    ) {
+        parts.pop();
+    }
+    parts.join("::")
+}
+
+/// Which modules each module names (`crate::…` and `super::…` paths of its product code), each
+/// reference resolved to the longest module it begins with. A module and its own submodules are
+/// one room split in files: references between them do not count.
+fn module_references(krate: &str) -> std::collections::BTreeMap<String, BTreeSet<String>> {
+    let src = repo().join(krate).join("src");
+    let files = rust_files(&src);
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(&src, f)).collect();
+    let path = Regex::new(
+        r"\b(crate|super)::(\{[^}]*\}|[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)*)",
+    )
+    .unwrap();
+    let related = |a: &str, b: &str| {
+        a.is_empty()
+            || b.is_empty()
+            || a == b
+            || a.starts_with(&format!("{b}::"))
+            || b.starts_with(&format!("{a}::"))
+    };
+    let resolve = |segments: Vec<&str>| -> Option<String> {
+        (1..=segments.len())
+            .rev()
+            .map(|n| segments[..n].join("::"))
+            .find(|m| modules.contains(m))
+    };
+    let mut refs = std::collections::BTreeMap::new();
+    for f in &files {
+        let me = module_of(&src, f);
+        let text = std::fs::read_to_string(f).unwrap();
+        let mut named = BTreeSet::new();
+        for line in product_lines(&text) {
+            let code = line.split("//").next().unwrap_or("");
+            for c in path.captures_iter(code) {
+                let base: Vec<&str> = if &c[1] == "crate" {
+                    vec![]
+                } else {
+                    let mut p: Vec<&str> = me.split("::").filter(|s| !s.is_empty()).collect();
+                    // `super` of `a/b.rs` (module a::b) is a; of `a/b/mod.rs` also a.
+                    p.pop();
+                    p
+                };
+                let tails: Vec<String> = if c[2].starts_with('{') {
+                    c[2].trim_matches(|ch| ch == '{' || ch == '}')
+                        .split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                } else {
+                    vec![c[2].to_string()]
+                };
+                for tail in tails {
+                    let mut segments = base.clone();
+                    segments.extend(tail.split("::"));
+                    if let Some(m) = resolve(segments)
+                        && !related(&me, &m)
+                    {
+                        named.insert(m);
+                    }
+                }
+            }
+        }
+        refs.entry(me).or_insert_with(BTreeSet::new).extend(named);
+    }
+    refs
+}
+
+/// Issue 39: no two modules name each other, directly or through others, so each can be read
+/// knowing only what it depends on. Seen failing on the tree before the modules were untied, with
+/// 17 circles: config ↔ load, config ↔ redact, store ↔ ops::owner, store ↔ schema, error ↔ schema,
+/// error ↔ ops::owner, ops::owner ↔ ops::leader, api-server's app ↔ handlers ↔ openapi.
+#[test]
+fn no_module_of_product_code_is_in_an_import_circle() {
+    let mut circles = vec![];
+    for krate in PRODUCT_CRATES {
+        let refs = module_references(krate);
+        // A module is in a circle when it reaches itself.
+        for start in refs.keys() {
+            let mut seen = BTreeSet::new();
+            let mut stack: Vec<(String, Vec<String>)> = vec![(start.clone(), vec![start.clone()])];
+            while let Some((m, trail)) = stack.pop() {
+                for next in refs.get(&m).into_iter().flatten() {
+                    if next == start {
+                        circles.push(format!("{krate}: {} → {start}", trail.join(" → ")));
+                    } else if seen.insert(next.clone()) {
+                        let mut t = trail.clone();
+                        t.push(next.clone());
+                        stack.push((next.clone(), t));
+                    }
+                }
+            }
+        }
+    }
+    circles.sort();
+    circles.dedup();
+    assert!(
+        circles.is_empty(),
+        "import circles:\n{}",
+        circles.join("\n")
+    );
+}
