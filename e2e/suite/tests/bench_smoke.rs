@@ -60,6 +60,34 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
         "every chunk report of 4 runs × 2 partitions × 2 chunks"
     );
     assert_eq!(life["dispatch_latency_ms"]["n"], life["runs"]);
+    // The scale scenario: --quick's 4 and 8 workers over 1 and 2 api-servers, every point
+    // finished without an error, every replica took work, and the connections were seen.
+    let scale = &by["scale"];
+    let points: Vec<(u64, u64)> = scale
+        .iter()
+        .map(|l| {
+            (
+                l["replicas"].as_u64().unwrap(),
+                l["clients"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(points, [(1, 4), (1, 8), (2, 4), (2, 8)], "{scale:?}");
+    for l in scale {
+        assert_eq!(l["finished"], true, "{l}");
+        assert_eq!(l["errors"], 0, "{l}");
+        // Each point counts its own requests only: 4 runs × 2 partitions × 2 chunks.
+        assert_eq!(l["latency_ms"]["chunk"]["n"], 16, "{l}");
+        let by_replica = l["work_items_by_replica"].as_array().unwrap();
+        assert_eq!(
+            by_replica.len() as u64,
+            l["replicas"].as_u64().unwrap(),
+            "{l}"
+        );
+        assert!(by_replica.iter().all(|n| n.as_u64().unwrap() > 0), "{l}");
+        assert!(l["pg_connections"]["open_max"].as_i64().unwrap() > 0, "{l}");
+        assert!(l["pgbench_tps"].as_f64().unwrap() > 0.0, "{l}");
+    }
     for c in &by["completion"] {
         assert_eq!(c["finished"], true, "{c}");
         assert_eq!(

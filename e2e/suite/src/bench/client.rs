@@ -119,6 +119,28 @@ impl Client {
         &self.base
     }
 
+    /// Another api-server replica (`http://127.0.0.1:<port>`), counted in the same `Stats`: the
+    /// workers of one scenario spread over the replicas as NiFi's nodes do behind a Service.
+    pub fn with_base(&self, base: &str) -> Client {
+        Client {
+            base: base.to_string(),
+            ..self.clone()
+        }
+    }
+
+    /// The same clients (one per replica), counted afresh in one new `Stats`: one per
+    /// measurement, so that no figure adds up an earlier one's requests.
+    pub fn counted_afresh(clients: &[Client]) -> Vec<Client> {
+        let stats: Arc<Stats> = Arc::default();
+        clients
+            .iter()
+            .map(|c| Client {
+                stats: stats.clone(),
+                ..c.clone()
+            })
+            .collect()
+    }
+
     /// The same connections, counted afresh (one `Stats` per scenario).
     pub fn fresh(&self) -> Client {
         Client {

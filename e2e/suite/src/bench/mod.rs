@@ -76,6 +76,8 @@ pub struct Bench {
     pub pg: PgServer,
     pub db_url: String,
     pub api: Service,
+    /// More api-servers on the same ledger (the scale scenario), each with its base URL.
+    pub replicas: Vec<(Service, String)>,
     pub operator: Service,
     pub client: Client,
     pub dispatches: Arc<Dispatches>,
@@ -184,6 +186,7 @@ impl Bench {
             pg,
             db_url,
             api,
+            replicas: Vec::new(),
             operator,
             dispatches,
             _receiver: receiver,
@@ -227,6 +230,48 @@ impl Bench {
         Ok(v)
     }
 
+    /// `n` api-servers in all (the first is `api`), started as needed and left running: a client
+    /// for each, counted in one `Stats`.
+    pub async fn api_replicas(&mut self, n: usize) -> anyhow::Result<Vec<Client>> {
+        let api_bin = self.bin_dir.join("load-control-api");
+        let cfg = self.config.to_str().context("config path")?.to_string();
+        while self.replicas.len() + 1 < n {
+            let port = free_port();
+            let name = format!("api-{}", self.replicas.len() + 2);
+            let port_text = port.to_string();
+            let mut api = Service::new(
+                &name,
+                api_bin.clone(),
+                &["--config", &cfg, "serve"],
+                &[("LCA_SERVER__PORT", &port_text)],
+                &self.logs,
+            );
+            api.start()?;
+            let base = format!("http://127.0.0.1:{port}");
+            wait_http_ok(&format!("{base}/readyz"), Duration::from_secs(30))
+                .await
+                .with_context(|| format!("{name}: {}", api.log_tail(20)))?;
+            self.replicas.push((api, base));
+        }
+        let first = self.client.fresh();
+        let mut clients = vec![first.clone()];
+        clients.extend(
+            self.replicas
+                .iter()
+                .take(n.saturating_sub(1))
+                .map(|(_, base)| first.with_base(base)),
+        );
+        Ok(clients)
+    }
+
+    /// CPU seconds so far of each api-server (`api` first, then the replicas).
+    pub fn api_cpu(&self) -> Vec<f64> {
+        std::iter::once(&self.api)
+            .chain(self.replicas.iter().map(|(s, _)| s))
+            .map(|s| s.pid().map_or(0.0, procstat::tree_cpu_seconds))
+            .collect()
+    }
+
     /// CPU seconds so far of (the api-server, PostgreSQL).
     pub fn cpu(&self) -> (f64, f64) {
         (
@@ -241,6 +286,9 @@ impl Bench {
     pub fn stop(mut self, keep_logs: bool) {
         self.operator.stop();
         self.api.stop();
+        for (replica, _) in &mut self.replicas {
+            replica.stop();
+        }
         if keep_logs {
             eprintln!("load-bench: logs kept in {}", self.logs.display());
         } else {

@@ -13,6 +13,9 @@ use uuid::Uuid;
 #[derive(Clone, Debug)]
 pub struct Sizes {
     pub clients: Vec<usize>,
+    /// Concurrent workers of the scale scenario, at each count of api-server `replicas`.
+    pub scale_clients: Vec<usize>,
+    pub replicas: Vec<usize>,
     pub runs: usize,
     pub partitions: usize,
     pub chunks: usize,
@@ -37,6 +40,8 @@ impl Sizes {
     pub fn full() -> Sizes {
         Sizes {
             clients: vec![16, 32, 64],
+            scale_clients: vec![16, 64, 128, 256],
+            replicas: vec![1, 2, 4],
             runs: 300,
             partitions: 8,
             chunks: 4,
@@ -65,6 +70,8 @@ impl Sizes {
     pub fn quick() -> Sizes {
         Sizes {
             clients: vec![4],
+            scale_clients: vec![4, 8],
+            replicas: vec![1, 2],
             runs: 4,
             partitions: 2,
             chunks: 2,
@@ -283,7 +290,8 @@ async fn validate_and_publish(c: &Client, run: Uuid, dispatch: Uuid) -> anyhow::
 }
 
 struct Lifecycle {
-    c: Client,
+    /// One client per api-server replica; worker `i` calls replica `i % len`.
+    clients: Vec<Client>,
     sizes: Sizes,
     tag: String,
     hi: async_channel::Sender<Work>,
@@ -291,12 +299,16 @@ struct Lifecycle {
     creates: async_channel::Receiver<Work>,
     done: AtomicUsize,
     runs: Mutex<Vec<Uuid>>,
+    /// Work items done through each replica (every replica took its share).
+    by_replica: Vec<AtomicUsize>,
 }
 
 impl Lifecycle {
     /// One client: run and partition work first, a new run only when nothing else waits, so the
     /// number of runs in flight follows from the client count.
-    async fn client(self: Arc<Self>) {
+    async fn client(self: Arc<Self>, worker: usize) {
+        let replica = worker % self.clients.len();
+        let c = self.clients[replica].clone();
         loop {
             let w = match self.hi_rx.try_recv() {
                 Ok(w) => w,
@@ -310,20 +322,21 @@ impl Lifecycle {
             };
             // A failed call leaves its run unfinished: a measurement with errors is no
             // measurement, so the scenario stops at once and reports them.
-            if self.step(w).await.is_err() {
+            self.by_replica[replica].fetch_add(1, Ordering::Relaxed);
+            if self.step(&c, w).await.is_err() {
                 self.hi.close();
                 self.creates.close();
             }
         }
     }
 
-    async fn step(&self, w: Work) -> anyhow::Result<()> {
+    async fn step(&self, c: &Client, w: Work) -> anyhow::Result<()> {
         let s = &self.sizes;
         match w {
             Work::Create(n) => {
                 let rows = s.rows_per_chunk * s.chunks as u64;
                 let bk = format!("{}-{n:06}", self.tag);
-                let (run, path, parts) = create_run(&self.c, &bk, s.partitions, rows).await?;
+                let (run, path, parts) = create_run(c, &bk, s.partitions, rows).await?;
                 self.runs.lock().unwrap().push(run);
                 for (pid, rows) in parts {
                     self.hi.try_send(Work::Partition {
@@ -341,7 +354,7 @@ impl Lifecycle {
                 rows,
             } => {
                 let token = Uuid::new_v4();
-                claim(&self.c, run, &pid, token).await?;
+                claim(c, run, &pid, token).await?;
                 for index in 0..s.chunks {
                     self.hi.try_send(Work::Chunk {
                         run,
@@ -363,10 +376,10 @@ impl Lifecycle {
                 count,
                 rows,
             } => {
-                report_chunk(&self.c, run, &pid, &path, token, index, count, rows).await?;
+                report_chunk(c, run, &pid, &path, token, index, count, rows).await?;
             }
             Work::Validate { run, dispatch } => {
-                validate_and_publish(&self.c, run, dispatch).await?;
+                validate_and_publish(c, run, dispatch).await?;
                 if self.done.fetch_add(1, Ordering::SeqCst) + 1 == s.runs {
                     self.hi.close();
                 }
@@ -400,6 +413,18 @@ pub async fn lifecycle(
     clients: usize,
     pgbench_tps: Option<f64>,
 ) -> anyhow::Result<Value> {
+    lifecycle_across(b, &[b.client.fresh()], s, clients, pgbench_tps).await
+}
+
+/// The lifecycle with its workers spread over `replicas` (clients of one `Stats`, one per
+/// api-server), and the PostgreSQL connections it held (sampled every 100 ms).
+pub async fn lifecycle_across(
+    b: &Bench,
+    replicas: &[Client],
+    s: &Sizes,
+    clients: usize,
+    pgbench_tps: Option<f64>,
+) -> anyhow::Result<Value> {
     let (hi, hi_rx) = async_channel::unbounded();
     let (creates_tx, creates) = async_channel::unbounded();
     for n in 0..s.runs {
@@ -407,7 +432,7 @@ pub async fn lifecycle(
     }
     creates_tx.close();
     let l = Arc::new(Lifecycle {
-        c: b.client.fresh(),
+        clients: replicas.to_vec(),
         sizes: s.clone(),
         tag: format!("life-{clients}-{}", tag()),
         hi: hi.clone(),
@@ -415,20 +440,23 @@ pub async fn lifecycle(
         creates,
         done: AtomicUsize::new(0),
         runs: Mutex::default(),
+        by_replica: replicas.iter().map(|_| AtomicUsize::new(0)).collect(),
     });
     *b.dispatches.sink.lock().unwrap() = Some(hi.clone());
     let probe = WalProbe::start(b).await?;
-    let (cpu0, t0) = (b.cpu(), Instant::now());
+    let connections = ConnectionSampler::start(b).await?;
+    let (api0, pg0, t0) = (b.api_cpu(), b.cpu().1, Instant::now());
     let tasks: Vec<_> = (0..clients)
-        .map(|_| tokio::spawn(l.clone().client()))
+        .map(|i| tokio::spawn(l.clone().client(i)))
         .collect();
     let all = futures::future::join_all(tasks);
     let finished = tokio::time::timeout(s.timeout, all).await.is_ok();
     let wall = t0.elapsed().as_secs_f64();
-    let cpu1 = b.cpu();
+    let (api1, pg1) = (b.api_cpu(), b.cpu().1);
+    let connections = connections.finish().await;
     hi.close();
     *b.dispatches.sink.lock().unwrap() = None;
-    let st = &l.c.stats;
+    let st = &replicas[0].stats;
     let requests = st.requests.load(Ordering::Relaxed) as f64;
     let chunks = st.count("chunk") as f64;
     let done = l.done.load(Ordering::SeqCst);
@@ -436,23 +464,79 @@ pub async fn lifecycle(
     let dispatch = dispatch_latencies(b, &runs).await?;
     let wal = probe.finish(b, requests as u64).await?;
     let per_request = |cpu: f64| (cpu * 1000.0 / requests.max(1.0) * 1000.0).round() / 1000.0;
+    let api_each: Vec<f64> = api0
+        .iter()
+        .zip(&api1)
+        .take(replicas.len())
+        .map(|(a, b)| b - a)
+        .collect();
+    let api_total: f64 = api_each.iter().sum();
     Ok(json!({
-        "scenario": "lifecycle", "clients": clients, "runs": s.runs, "partitions": s.partitions,
-        "chunks": s.chunks, "finished": finished && done == s.runs, "runs_done": done,
+        "scenario": "lifecycle", "replicas": replicas.len(), "clients": clients, "runs": s.runs,
+        "partitions": s.partitions, "chunks": s.chunks,
+        "finished": finished && done == s.runs, "runs_done": done,
         "errors": st.errors.load(Ordering::Relaxed), "wall_s": (wall * 100.0).round() / 100.0,
         "chunk_reports_per_s": (chunks / wall).round(), "requests_per_s": (requests / wall).round(),
         "runs_per_s": ((done as f64 / wall) * 10.0).round() / 10.0,
         "pgbench_tps": pgbench_tps.map(f64::round),
         "chunk_reports_to_pgbench": pgbench_tps.map(|t| ((chunks / wall / t) * 1000.0).round() / 1000.0),
         "requests_to_pgbench": pgbench_tps.map(|t| ((requests / wall / t) * 1000.0).round() / 1000.0),
-        "cpu_ms_per_request": {"api_server": per_request(cpu1.0 - cpu0.0), "postgres": per_request(cpu1.1 - cpu0.1)},
-        "cpu_utilisation": {"api_server": ((cpu1.0 - cpu0.0) / wall * 100.0).round() / 100.0,
-                            "postgres": ((cpu1.1 - cpu0.1) / wall * 100.0).round() / 100.0},
+        "cpu_ms_per_request": {"api_server": per_request(api_total), "postgres": per_request(pg1 - pg0),
+                               "each_api_server": api_each.iter().map(|&c| per_request(c)).collect::<Vec<_>>()},
+        "cpu_utilisation": {"api_server": (api_total / wall * 100.0).round() / 100.0,
+                            "postgres": ((pg1 - pg0) / wall * 100.0).round() / 100.0},
+        "pg_connections": connections,
+        "work_items_by_replica": l.by_replica.iter().map(|n| n.load(Ordering::Relaxed)).collect::<Vec<_>>(),
         "latency_ms": st.summary(),
         "dispatch_latency_ms": percentiles(&dispatch),
         "wal": wal["wal"], "updates": wal["updates"],
         "first_errors": st.first_errors(),
     }))
+}
+
+/// The ledger database's connections while a scenario runs, sampled every 100 ms on a
+/// connection of its own (left out of the counts): the most open and the most busy at once
+/// (`state <> 'idle'`, this includes idle in transaction), and the busy ones' mean.
+struct ConnectionSampler {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<anyhow::Result<Value>>,
+}
+
+impl ConnectionSampler {
+    async fn start(b: &Bench) -> anyhow::Result<ConnectionSampler> {
+        let mut db = b.db().await?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let task = tokio::spawn(async move {
+            let (mut open_max, mut busy_max, mut busy_sum, mut samples) = (0i64, 0i64, 0i64, 0i64);
+            while !flag.load(Ordering::Relaxed) {
+                let (open, busy): (i64, i64) = sqlx::query_as(
+                    "SELECT count(*), count(*) FILTER (WHERE state <> 'idle') FROM pg_stat_activity \
+                     WHERE datname = current_database() AND pid <> pg_backend_pid()",
+                )
+                .fetch_one(&mut db)
+                .await?;
+                open_max = open_max.max(open);
+                busy_max = busy_max.max(busy);
+                busy_sum += busy;
+                samples += 1;
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let mean = busy_sum as f64 / samples.max(1) as f64;
+            Ok(json!({"open_max": open_max, "busy_max": busy_max,
+                      "busy_mean": (mean * 10.0).round() / 10.0, "samples": samples}))
+        });
+        Ok(ConnectionSampler { stop, task })
+    }
+
+    async fn finish(self) -> Value {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.task.await {
+            Ok(Ok(v)) => v,
+            Ok(Err(e)) => json!({"error": e.to_string()}),
+            Err(e) => json!({"error": e.to_string()}),
+        }
+    }
 }
 
 /// Scenario 2: one run of `partitions` one-chunk partitions; every chunk report completes its

@@ -10,6 +10,7 @@ use std::path::PathBuf;
 const SCENARIOS: &[&str] = &[
     "pgbench",
     "lifecycle",
+    "scale",
     "completion",
     "manifest",
     "dispatch",
@@ -39,12 +40,19 @@ struct Args {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Scenarios to run, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,completion,manifest,dispatch,storm,rss,hostile,slow_clients,multixact,mirror",
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,scale,completion,manifest,dispatch,storm,rss,hostile,slow_clients,multixact,mirror",
           value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     only: Vec<String>,
     /// Concurrent clients of pgbench and the lifecycle, comma-separated
     #[arg(long, value_delimiter = ',')]
     clients: Option<Vec<usize>>,
+    /// Scale scenario: concurrent NiFi workers, comma-separated [default: 16,64,128,256; 4,8 with --quick]
+    #[arg(long, value_delimiter = ',')]
+    scale_clients: Option<Vec<usize>>,
+    /// Scale scenario: api-server replicas on the one ledger, the workers spread over them,
+    /// comma-separated [default: 1,2,4; 1,2 with --quick]
+    #[arg(long, value_delimiter = ',')]
+    replicas: Option<Vec<usize>>,
     /// Runs of the lifecycle scenario
     #[arg(long)]
     runs: Option<usize>,
@@ -113,6 +121,20 @@ async fn main() -> anyhow::Result<()> {
         );
         s.clients = c;
     }
+    if let Some(c) = args.scale_clients {
+        anyhow::ensure!(
+            c.iter().all(|&n| n > 0),
+            "--scale-clients: every count must be at least 1"
+        );
+        s.scale_clients = c;
+    }
+    if let Some(r) = args.replicas {
+        anyhow::ensure!(
+            r.iter().all(|&n| (1..=16).contains(&n)),
+            "--replicas: every count must be between 1 and 16"
+        );
+        s.replicas = r;
+    }
     s.runs = args.runs.unwrap_or(s.runs).max(1);
     s.partitions = args.partitions.unwrap_or(s.partitions).max(1);
     s.chunks = args.chunks.unwrap_or(s.chunks).max(1);
@@ -156,8 +178,19 @@ async fn main() -> anyhow::Result<()> {
         }
         let mut tps = std::collections::HashMap::new();
         if run("pgbench") {
-            eprintln!("load-bench: pgbench -N at {:?} clients", s.clients);
-            let (lines, t) = scenarios::pgbench(&bench, &s).await?;
+            // The ceiling at every client count a later scenario compares with.
+            let mut counts = s.clients.clone();
+            if run("scale") {
+                counts.extend(&s.scale_clients);
+            }
+            counts.sort_unstable();
+            counts.dedup();
+            eprintln!("load-bench: pgbench -N at {counts:?} clients");
+            let sizes = Sizes {
+                clients: counts,
+                ..s.clone()
+            };
+            let (lines, t) = scenarios::pgbench(&bench, &sizes).await?;
             lines.iter().for_each(emit);
             tps = t;
         }
@@ -173,6 +206,20 @@ async fn main() -> anyhow::Result<()> {
                         &scenarios::statements(&bench, &format!("lifecycle at {c} clients"), 25)
                             .await?,
                     );
+                }
+            }
+        }
+        if run("scale") {
+            for &r in &s.replicas {
+                let replicas = bench.api_replicas(r).await?;
+                for &k in &s.scale_clients {
+                    eprintln!("load-bench: scale, {k} workers over {r} api-server(s)");
+                    let clients = e2e::bench::client::Client::counted_afresh(&replicas);
+                    let mut line =
+                        scenarios::lifecycle_across(&bench, &clients, &s, k, tps.get(&k).copied())
+                            .await?;
+                    line["scenario"] = "scale".into();
+                    emit(&line);
                 }
             }
         }
