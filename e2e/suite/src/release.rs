@@ -229,7 +229,35 @@ impl Release {
         if std::path::Path::new(chart).join("crds").is_dir() {
             args.push("--skip-crds");
         }
-        must(self.node.helm(&args))
+        self.node
+            .helm(&args)
+            .unwrap_or_else(|e| panic!("{e:#}\n{}", self.diagnosis()))
+    }
+
+    /// What an on-call engineer would look at when a release does not come up: the namespace's
+    /// pods and Jobs, its events, and the last log lines of every container (including the
+    /// previous instance of a restarted one). Best effort: a failing command is reported, not
+    /// fatal.
+    pub fn diagnosis(&self) -> String {
+        let ns = self.ns.as_str();
+        let run = |args: &[&str]| {
+            let mut a = vec!["-n", ns];
+            a.extend_from_slice(args);
+            let shown = a.join(" ");
+            match self.node.kubectl(&a) {
+                Ok(out) => format!("--- kubectl {shown}\n{out}"),
+                Err(e) => format!("--- kubectl {shown}: {e:#}\n"),
+            }
+        };
+        let mut out = String::from("=== diagnosis of the release's namespace\n");
+        out += &run(&["get", "pods,jobs", "-o", "wide"]);
+        out += &run(&["get", "events", "--sort-by=.lastTimestamp"]);
+        let pods = self.node.kubectl(&["-n", ns, "get", "pods", "-o", "name"]);
+        for pod in pods.unwrap_or_default().lines().filter(|l| !l.is_empty()) {
+            out += &run(&["logs", pod, "--all-containers", "--tail=40"]);
+            out += &run(&["logs", pod, "--all-containers", "--tail=20", "--previous"]);
+        }
+        out
     }
 
     pub fn helm(&self, args: &[&str]) -> String {
