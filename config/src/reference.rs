@@ -13,14 +13,7 @@ pub fn schema() -> Value {
     let generator = SchemaSettings::draft07()
         .with(|s| s.inline_subschemas = true)
         .into_generator();
-    let mut schema = generator.into_root_schema_for::<Config>().to_value();
-    if let Value::Object(map) = &mut schema {
-        map.insert(
-            "$id".into(),
-            "https://loadcontrol.io/schemas/config.schema.json".into(),
-        );
-    }
-    schema
+    generator.into_root_schema_for::<Config>().to_value()
 }
 
 /// The committed JSON file: the schema, pretty-printed, with a final newline.
