@@ -36,6 +36,10 @@ pub struct DatabaseConfig {
     /// the start is refused) and again every 5 s: new connections use a rotated password without
     /// a restart, open ones keep their session.
     pub password_file: Option<std::path::PathBuf>,
+    /// The role the pods connect as, when it is not named `load_control_api`: `migrate` grants
+    /// it what the pods need (schema, tables, sequences, the ledger's functions) after the
+    /// migrations. It must exist; none: the migrations grant to `load_control_api` if that exists.
+    pub runtime_role: Option<String>,
 }
 
 impl Default for DatabaseConfig {
@@ -49,6 +53,7 @@ impl Default for DatabaseConfig {
             tx_attempts: 3,
             pool_max_lifetime: Dur::secs(600),
             password_file: None,
+            runtime_role: None,
         }
     }
 }
