@@ -223,9 +223,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             config.validate()?;
             logging::init(&config.logging, "server", &config.secrets())
                 .map_err(anyhow::Error::msg)?;
-            let version = ledger::migrate::run_migrations_as(&config.migration_dsn())
-                .await
-                .context("applying migrations")?;
+            let version = ledger::migrate::run_migrations_granting(
+                &config.migration_dsn(),
+                config.database.runtime_role.as_deref(),
+            )
+            .await
+            .context("applying migrations")?;
             tracing::info!(
                 event = "migrations_applied",
                 schema_version = version,
@@ -258,9 +261,12 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             logging::init(&config.logging, "server", &config.secrets())
                 .map_err(anyhow::Error::msg)?;
             if *migrate {
-                ledger::migrate::run_migrations_as(&config.migration_dsn())
-                    .await
-                    .context("applying migrations")?;
+                ledger::migrate::run_migrations_granting(
+                    &config.migration_dsn(),
+                    config.database.runtime_role.as_deref(),
+                )
+                .await
+                .context("applying migrations")?;
             }
             let mut ledger = server::connect_ledger(&config)
                 .await

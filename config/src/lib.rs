@@ -5,3 +5,4 @@ mod error;
 mod load;
 pub mod logging;
 pub mod redact;
+pub mod reference;

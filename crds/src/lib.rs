@@ -15,6 +15,7 @@ use kube::CustomResourceExt;
 /// written for `v1alpha1` keeps working, and objects stored as `v1alpha1` read as `v1beta1`.
 /// Dropping one from this list is a breaking change: first every stored object must be rewritten
 /// at the storage version and the CRD's `status.storedVersions` trimmed (docs/operations.md).
+// COMPAT(crd-v1alpha1, 0.4.0): deprecated with a warning on every request one release before.
 pub const SERVED_EARLIER: &[&str] = &["v1alpha1"];
 
 /// The CRD of a kind with every version it serves: the current one (storage) first, then

@@ -49,13 +49,8 @@ pub struct Condition {
     pub observed_generation: Option<i64>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
-pub enum RecoveryMode {
-    #[serde(rename = "FAIL")]
-    Fail,
-    #[serde(rename = "REISSUE")]
-    Reissue,
-}
+/// The configuration's `recovery.mode`, defined once in the ledger that applies it.
+pub use ledger::settings::RecoveryMode;
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -113,4 +113,5 @@ impl From<sqlx::Error> for LedgerError {
 /// `LedgerResult<T>` were all unviable). Two-parameter uses still name their error.
 pub type Result<T, E = LedgerError> = std::result::Result<T, E>;
 
+// COMPAT(ledger-result-alias, 0.3.0): the result type's earlier name, for code written against it.
 pub type LedgerResult<T> = Result<T>;

@@ -31,6 +31,17 @@ pub async fn run_migrations(url: &str) -> Result<i32> {
 
 /// [`run_migrations`] with the password of `dsn`'s password file.
 pub async fn run_migrations_as(dsn: &crate::Dsn) -> Result<i32> {
+    run_migrations_granting(dsn, None).await
+}
+
+/// The privileges of the role the pods connect as, whatever its name: [`RUNTIME_GRANTS`] with
+/// `{role}` the role.
+pub const RUNTIME_GRANTS: &str = include_str!("runtime_grants.sql");
+
+/// [`run_migrations_as`], then, when `runtime_role` names one, [`RUNTIME_GRANTS`] to that role,
+/// under the same lock (two GRANTs on one object at once fail with "tuple concurrently
+/// updated"). A role that does not exist is refused, naming it.
+pub async fn run_migrations_granting(dsn: &crate::Dsn, runtime_role: Option<&str>) -> Result<i32> {
     // Named apart from the serving pool's "load-control": an operator (or the upgrade test)
     // tells the migration's lock waits from NiFi's in pg_stat_activity.
     let options = dsn.options()?.application_name(APPLICATION_NAME);
@@ -54,13 +65,60 @@ pub async fn run_migrations_as(dsn: &crate::Dsn) -> Result<i32> {
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    let result = migrate_locked(&mut conn).await;
+    let mut result = migrate_locked(&mut conn).await;
+    if let (Ok(_), Some(role)) = (&result, runtime_role) {
+        if let Err(e) = grant_runtime_role(&mut conn, role).await {
+            result = Err(e);
+        }
+    }
     sqlx::query("SELECT pg_advisory_unlock(hashtext('load_control_migrate'))")
         .execute(&mut conn)
         .await?;
     let version = result?;
     conn.close().await?;
     Ok(version)
+}
+
+async fn grant_runtime_role(conn: &mut PgConnection, role: &str) -> Result<()> {
+    let quoted: Option<String> =
+        sqlx::query_scalar("SELECT quote_ident(rolname) FROM pg_roles WHERE rolname = $1")
+            .bind(role)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let Some(quoted) = quoted else {
+        return Err(LedgerError::Database(sqlx::Error::Configuration(
+            format!(
+                "database.runtime_role {role:?} is not a role of this PostgreSQL: create it \
+                 (CREATE ROLE ... LOGIN) or name the role the pods connect as"
+            )
+            .into(),
+        )));
+    };
+    sqlx::query("SET lock_timeout = 0")
+        .execute(&mut *conn)
+        .await?;
+    let mut tx = conn.begin().await?;
+    for statement in RUNTIME_GRANTS
+        .lines()
+        .filter(|l| !l.starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n")
+        .split(";\n")
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let statement = statement.trim_end_matches(';').replace("{role}", &quoted);
+        sqlx::raw_sql(sqlx::AssertSqlSafe(statement))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await?;
+    tracing::info!(
+        event = "runtime_role_granted",
+        role,
+        "granted the runtime privileges to {role}"
+    );
+    Ok(())
 }
 
 /// How long a statement of a migration waits for a table lock before it gives up: while an ACCESS

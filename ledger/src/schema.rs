@@ -113,6 +113,8 @@ impl SchemaGate {
 
 /// `SELECT version FROM nifi_ops.schema_version` on `conn`; 0 when there is no row or no table
 /// (a schema migrated by release 0.1.0, or not at all).
+// COMPAT(unversioned-schema, 0.3.0): 0.1.0's ledger has no version row; from 0.3.0 on it is
+// upgraded through 0.2.0 first, and a missing row means "not migrated" only.
 pub async fn read_version(conn: &mut sqlx::PgConnection) -> std::result::Result<i32, sqlx::Error> {
     let row: std::result::Result<Option<(i32,)>, sqlx::Error> =
         sqlx::query_as("SELECT version FROM nifi_ops.schema_version")

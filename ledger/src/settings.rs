@@ -94,10 +94,12 @@ fn duration_value(v: &Value) -> Option<Duration> {
     }
 }
 
-/// `recovery.mode`: what the sweeper does with a stale partition. The one definition for the
-/// configuration file (which deserializes it) and the job overrides (`parse`); the LoadJob CRD
-/// spells the same two names in its own API type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize)]
+// `recovery.mode`: what the sweeper does with a RUNNING partition whose heartbeat is older than
+// `recovery.stale`. The one definition for the configuration file, the job overrides (`parse`)
+// and the LoadJob CRD. A plain comment, not a doc comment: the CRDs' schema must stay the one
+// release 0.1.0 stored (crds/tests/generated.rs), which has no description here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum RecoveryMode {
     #[serde(rename = "FAIL")]
     Fail,

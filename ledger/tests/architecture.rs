@@ -318,3 +318,75 @@ fn no_module_of_product_code_is_in_an_import_circle() {
         circles.join("\n")
     );
 }
+
+/// Issue 39: every compatibility shim in one place, with the release that removes it. Markers
+/// `COMPAT(<name>, <release>)` in the product's code, the model and the chart must match the rows
+/// of docs/architecture.md's "Compatibility shims" one to one; a row whose file is a migration
+/// (history, never edited) names an object the migration still creates.
+#[test]
+fn every_compatibility_shim_is_listed_with_the_release_that_removes_it() {
+    let doc = std::fs::read_to_string(repo().join("docs/architecture.md")).unwrap();
+    let section = doc
+        .split("## Compatibility shims")
+        .nth(1)
+        .expect("docs/architecture.md has a \"Compatibility shims\" section");
+    let row =
+        Regex::new(r"^\| ([a-z0-9-]+) \| .+ \| `([^`]+)` \| `([^`]+)` \| (\d+\.\d+\.\d+) \|$")
+            .unwrap();
+    let rows: Vec<(String, String, String, String)> = section
+        .lines()
+        .filter_map(|l| row.captures(l))
+        .map(|c| (c[1].into(), c[2].into(), c[3].into(), c[4].into()))
+        .collect();
+    assert!(rows.len() >= 5, "{rows:?}");
+    let marker = Regex::new(r"COMPAT\(([a-z0-9-]+), (\d+\.\d+\.\d+)\)").unwrap();
+    let mut marked: std::collections::BTreeMap<String, (String, String)> = Default::default();
+    let mut files: Vec<PathBuf> = PRODUCT_CRATES
+        .iter()
+        .flat_map(|c| rust_files(&repo().join(c).join("src")))
+        .collect();
+    for dir in ["spec/model", "charts/load-control/templates"] {
+        for e in std::fs::read_dir(repo().join(dir)).unwrap() {
+            files.push(e.unwrap().path());
+        }
+    }
+    for f in &files {
+        let text = std::fs::read_to_string(f).unwrap_or_default();
+        for c in marker.captures_iter(&text) {
+            let rel = f.strip_prefix(repo()).unwrap_or(f).to_string_lossy();
+            let rel = rel.trim_start_matches("ledger/../").to_string();
+            let earlier = marked.insert(c[1].to_string(), (rel.clone(), c[2].to_string()));
+            assert!(earlier.is_none(), "COMPAT({}) marked twice", &c[1]);
+        }
+    }
+    for (name, file, object, release) in &rows {
+        let text = std::fs::read_to_string(repo().join(file))
+            .unwrap_or_else(|e| panic!("{name}: {file}: {e}"));
+        assert!(
+            text.contains(object.as_str()),
+            "{name}: {file} does not name {object}"
+        );
+        if file.starts_with("migrations/") {
+            assert!(
+                !marked.contains_key(name),
+                "{name} is a migration's and also marked"
+            );
+            continue;
+        }
+        let (at, marked_release) = marked
+            .remove(name)
+            .unwrap_or_else(|| panic!("{name}: no COMPAT({name}, {release}) in {file}"));
+        assert!(
+            at.ends_with(file.as_str()),
+            "{name}: marked in {at}, listed in {file}"
+        );
+        assert_eq!(
+            &marked_release, release,
+            "{name}: the marker and the table disagree"
+        );
+    }
+    assert!(
+        marked.is_empty(),
+        "COMPAT markers without a row in docs/architecture.md: {marked:?}"
+    );
+}

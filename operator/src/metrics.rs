@@ -19,6 +19,11 @@ struct StatusLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct KindLabel {
+    kind: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct RuleLabel {
     rule: String,
 }
@@ -55,6 +60,7 @@ pub struct Metrics {
     dispatch: Family<DispatchLabels, Counter>,
     backlog: Family<StatusLabel, Gauge>,
     active_runs: Family<StatusLabel, Gauge>,
+    monitor_alerts: Family<KindLabel, Gauge>,
     sweeper_actions: Family<RuleLabel, Counter>,
     leader: Gauge,
     owned_by_other: Gauge,
@@ -79,6 +85,7 @@ impl Default for Metrics {
             dispatch: Default::default(),
             backlog: Default::default(),
             active_runs: Default::default(),
+            monitor_alerts: Default::default(),
             sweeper_actions: Default::default(),
             leader: Default::default(),
             owned_by_other: Default::default(),
@@ -112,6 +119,11 @@ impl Default for Metrics {
             "lca_active_runs",
             "Runs by status (all 17 statuses)",
             m.active_runs.clone(),
+        );
+        registry.register(
+            "lca_monitor_alerts",
+            "The monitor's alerts by kind, as loadctl monitor lists them: PUBLISH_UNKNOWN, DISPATCH_DEAD, RUN_FAILED (a run of the failed class ended within 24 h), RUN_STALE (an active run without progress beyond its job's stale threshold), CLEANUP_FAILED",
+            m.monitor_alerts.clone(),
         );
         registry.register(
             "lca_sweeper_actions",
@@ -288,6 +300,15 @@ impl Metrics {
                     status: s.as_str().into(),
                 })
                 .set(n);
+        }
+    }
+
+    /// `lca_monitor_alerts{kind}`, every kind (zero included).
+    pub fn monitor_alerts(&self, counts: &[(String, i64)]) {
+        for (kind, n) in counts {
+            self.monitor_alerts
+                .get_or_create(&KindLabel { kind: kind.clone() })
+                .set(*n);
         }
     }
 

@@ -75,5 +75,13 @@ impl Sweeper {
                 tracing::warn!(event = "gauges_error", error = %e, "refreshing gauges failed")
             }
         }
+        match self.ledger.alert_counts().await {
+            Ok(counts) => self.metrics.monitor_alerts(&counts),
+            Err(e) => tracing::warn!(
+                event = "gauges_error",
+                error = %e,
+                "counting the monitor's alerts failed"
+            ),
+        }
     }
 }

@@ -659,3 +659,65 @@ async fn the_backlog_gauges_count_what_the_outbox_and_the_runs_hold() {
     assert!(g.runs.contains(&("EXTRACTING".to_string(), 1)), "{g:?}");
     assert!(g.xid_age > 0, "{g:?}");
 }
+
+/// `lca_monitor_alerts{kind}` (the chart's LoadControlRunFailed and LoadControlRunStale) counts
+/// what the monitor lists, by the same rules: a failed run and a stale one each count once, a
+/// healthy run not at all, and every kind the monitor knows is shown, zero included.
+#[tokio::test]
+async fn the_alert_gauge_counts_what_the_monitor_lists() {
+    let env = Env::start(|_| {}).await;
+    let (stale, _) = env.extracting("ALERT_STALE", &[3]).await;
+    let (failed, _) = env.extracting("ALERT_FAILED", &[3]).await;
+    env.extracting("ALERT_FINE", &[3]).await;
+    env.exec(
+        "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '91 minutes' WHERE run_id = $1",
+        stale,
+    )
+    .await;
+    let outcome = env
+        .ledger
+        .fail_run(
+            failed,
+            &ledger::RunFailure {
+                expected_status: ledger::RunStatus::Extracting,
+                fail_status: ledger::RunStatus::FailedExtract,
+                error_stage: "EXTRACT".into(),
+                error_code: "ORA-00942".into(),
+                message: "table or view does not exist".into(),
+            },
+        )
+        .await
+        .unwrap();
+    assert!(outcome.changed, "{outcome:?}");
+    let counts: HashMap<String, i64> = env
+        .ledger
+        .alert_counts()
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let listed = env.ledger.monitor_summary(1000).await.unwrap().alerts;
+    let mut by_kind: HashMap<String, i64> = ledger::ops::monitor::ALERT_KINDS
+        .iter()
+        .map(|k| (k.to_string(), 0))
+        .collect();
+    for a in &listed {
+        *by_kind.get_mut(&a.kind).expect("a kind ALERT_KINDS names") += 1;
+    }
+    assert_eq!(counts, by_kind, "{listed:?}");
+    assert_eq!(
+        (counts["RUN_FAILED"], counts["RUN_STALE"]),
+        (1, 1),
+        "{listed:?}"
+    );
+    let metrics = lcoperator::metrics::Metrics::default();
+    metrics.monitor_alerts(&env.ledger.alert_counts().await.unwrap());
+    let text = metrics.render();
+    for line in [
+        "lca_monitor_alerts{kind=\"RUN_FAILED\"} 1",
+        "lca_monitor_alerts{kind=\"RUN_STALE\"} 1",
+        "lca_monitor_alerts{kind=\"PUBLISH_UNKNOWN\"} 0",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+    }
+}

@@ -126,6 +126,7 @@ async fn exposed_by_both() -> BTreeSet<String> {
     m.sweeper_actions("reissue_partition", 1);
     m.gauges(&[("DEAD".into(), 0)], &[("PUBLISH_UNKNOWN".into(), 0)]);
     m.database_age(0, 0);
+    m.monitor_alerts(&env.ledger.alert_counts().await.unwrap());
     m.leading(true);
     m.task_restarted("loadrun_mirror");
     m.kubernetes_access(true);

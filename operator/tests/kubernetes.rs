@@ -1636,6 +1636,59 @@ fn the_operators_rules_are_the_verbs_it_uses() {
 /// NiFi's PG-05 answers 404 under a path prefix and a 404 makes a dispatch DEAD at once: the
 /// chart's default receiver URL has no path, and one with a path fails the render with the value
 /// to use, unless `config.nifi.receiver_path_allowed` says a proxy strips it.
+/// `config.*` is typed by the application's own schema (config/config.schema.json, spliced into
+/// values.schema.json): a misspelt key, a value of the wrong type, a duration the binaries cannot
+/// read and an unknown log level are refused by helm before anything is created, naming the key,
+/// instead of installing and failing when a pod starts. The keys other values own keep the
+/// template's refusal, which names the value to set instead.
+#[test]
+fn the_chart_checks_the_configuration_against_the_applications_schema() {
+    for (set, named) in [
+        ("config.recovery.stael=1h", "'stael' not allowed"),
+        (
+            "config.dispatch.max_attempts=many",
+            "/config/dispatch/max_attempts",
+        ),
+        (
+            "config.recovery.stale=ninety minutes",
+            "/config/recovery/stale",
+        ),
+        ("config.logging.level=LOUD", "/config/logging/level"),
+        (
+            "config.cleanup.history_archive.path=/x",
+            "/config/cleanup/history_archive",
+        ),
+    ] {
+        let refused = template_refused(set);
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(!refused.status.success(), "{set} was accepted");
+        assert!(
+            stderr.contains("don't meet the specifications of the schema")
+                && stderr.contains(named),
+            "{set}: {stderr}"
+        );
+    }
+    let owned = template_refused("config.nifi.signing_keys[0].id=a");
+    assert!(String::from_utf8_lossy(&owned.stderr).contains(
+        "config.nifi.signing_keys must not be set: the chart sets it from secrets.signingKeys"
+    ));
+    let docs = template_docs(&[
+        "config.recovery.stale=2h",
+        "config.recovery.extract_query_timeout=PT90M",
+        "config.dispatch.max_attempts=30",
+        "config.cleanup.history_archive.dir=/archive",
+        "config.server.limit_concurrency=null",
+    ]);
+    let cm = docs
+        .iter()
+        .find(|d| d["kind"] == "ConfigMap" && d["metadata"]["name"] == "lc-load-control")
+        .unwrap();
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(cm["data"]["config.yaml"].as_str().unwrap()).unwrap();
+    assert_eq!(config["recovery"]["stale"], "2h");
+    assert_eq!(config["dispatch"]["max_attempts"], 30);
+}
+
 #[test]
 fn the_chart_refuses_a_receiver_url_with_a_path() {
     let docs = template_docs(&[]);

@@ -70,6 +70,7 @@
 #ifndef ENDER
 #define ENDER 1         /* a concurrent run-ending operation (cancel or fail) */
 #endif
+/* COMPAT(model-old-release, 0.3.0): goes with the recount trigger it checks. */
 #ifndef OLD
 #define OLD 0           /* 1: each report may run release 0.1.0's success instead (mixed releases) */
 #endif

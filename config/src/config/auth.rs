@@ -1,30 +1,48 @@
 //! `auth`: the token digests the api-server accepts, inline or in a file it reads again.
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Deserialize)]
+/// One named token of `auth.tokens`: its name shows in the events and logs of what it did.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TokenEntry {
+    /// 1 to 100 characters of `[A-Za-z0-9._@:/-]`.
+    #[schemars(length(min = 1, max = 100), regex(pattern = r"^[A-Za-z0-9._@:/\-]+$"))]
     pub name: String,
+    /// `nifi` (the flow's calls) or `operator` (reads and the actions that unstick runs).
+    #[schemars(extend("enum" = ["nifi", "operator"]))]
     pub role: String,
+    /// The token's SHA-256, 64 hex characters (`load-control-api hash-token`).
+    #[schemars(regex(pattern = "^[0-9a-fA-F]{64}$"))]
     pub sha256: String,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `auth.token_digests`: SHA-256 digests of anonymous tokens, by role.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct TokenDigests {
+    /// Digests (64 hex characters) of tokens with the `nifi` role.
     pub nifi: Vec<String>,
+    /// Digests (64 hex characters) of tokens with the `operator` role.
     pub operator: Vec<String>,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `auth`: the bearer tokens the API accepts, as SHA-256 digests (never the tokens). With none at
+/// all the api-server starts, warns, and refuses every protected call.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuthConfig {
+    /// Digests of anonymous tokens, by role: keys `nifi` and `operator`.
     pub token_digests: TokenDigests,
+    /// Named tokens: `[{name, role, sha256}]`.
     pub tokens: Vec<TokenEntry>,
-    /// **[v1-ext]** A file (a mounted Secret) holding more token entries, read at start and again
-    /// every `server.reload_interval` while the process runs ([`TokensFile`]).
+    /// A file (a mounted Secret) of more token entries, YAML or JSON: the list `tokens` takes, or
+    /// a mapping with `tokens` and/or `token_digests`; its entries come before those of `tokens`.
+    /// Read at start (unreadable or invalid: the start is refused) and again every
+    /// `server.reload_interval`; a new version that cannot be read or checked keeps the entries
+    /// in force, logs a WARN naming the file and counts `lca_tokens_reload_failures_total`.
     pub tokens_file: Option<PathBuf>,
 }
 

@@ -1,21 +1,34 @@
 //! `cleanup`: how long finished runs, events and history are kept.
 use super::Dur;
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
 
-#[derive(Debug, Clone, Deserialize)]
+/// `cleanup`: when a finished run's files are due for NiFi's cleanup, and how long the ledger
+/// keeps its events and the run itself.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct CleanupConfig {
+    /// A SUCCEEDED run's files are due for cleanup this long after it ended. Per job.
     pub success_retention: Dur,
+    /// A FAILED, TIMED_OUT or CANCELLED run's files are due for cleanup this long after it
+    /// ended. Per job.
     pub failed_retention: Dur,
+    /// The most runs one cleanup candidates answer (and the monitor's `cleanupDue`) lists.
+    #[schemars(range(min = 1))]
     pub max_batch: u32,
+    /// Events older than this are deleted by the sweeper. Per job.
     pub event_retention: Dur,
-    /// §7.2 rule 7: cleaned runs whose end time is older are deleted; `null` turns it off.
+    /// Cleaned runs that ended longer ago than this are deleted with all their rows; `null`
+    /// turns it off. At least the longest cleanup retention of any job.
     pub history_retention: Option<Dur>,
     /// Runs history retention deletes per sweeper tick at most.
+    #[schemars(range(min = 1))]
     pub history_batch: u32,
+    /// `none`, or `{dir: PATH}`: one JSON line per deleted run in a file per day under PATH,
+    /// fsynced before the delete commits.
     pub history_archive: HistoryArchiveConfig,
 }
 
@@ -39,6 +52,41 @@ pub enum HistoryArchiveConfig {
     #[default]
     None,
     Dir(PathBuf),
+}
+
+impl Serialize for HistoryArchiveConfig {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            HistoryArchiveConfig::None => s.serialize_str("none"),
+            HistoryArchiveConfig::Dir(dir) => {
+                use serde::ser::SerializeMap;
+                let mut map = s.serialize_map(Some(1))?;
+                map.serialize_entry("dir", dir)?;
+                map.end()
+            }
+        }
+    }
+}
+
+impl JsonSchema for HistoryArchiveConfig {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "HistoryArchive".into()
+    }
+
+    fn json_schema(_: &mut SchemaGenerator) -> Schema {
+        json_schema!({
+            "oneOf": [
+                {"type": "null"},
+                {"const": "none"},
+                {
+                    "type": "object",
+                    "properties": {"dir": {"type": "string", "minLength": 1}},
+                    "required": ["dir"],
+                    "additionalProperties": false
+                }
+            ]
+        })
+    }
 }
 
 impl<'de> Deserialize<'de> for HistoryArchiveConfig {

@@ -1,23 +1,45 @@
 //! `database`: where the ledger is, the pool, and the password file.
 use super::Dur;
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+/// `database`: the ledger's PostgreSQL and the connection pool.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct DatabaseConfig {
+    /// Required: the ledger, a `postgres://` or `postgresql://` URL (a `postgresql+<driver>://`
+    /// scheme is accepted, the suffix ignored); `DATABASE_URL` supplies it when nothing else does.
+    /// Its password is never logged.
+    #[serde(skip_serializing)]
     pub url: Option<String>,
+    /// The account `migrate` applies the schema with (DDL); none: `url`.
+    #[serde(skip_serializing)]
     pub migration_url: Option<String>,
+    /// The connection that LISTENs for wake-ups; none: `url`.
+    #[serde(skip_serializing)]
     pub listen_dsn: Option<String>,
+    /// Connections kept open per process.
+    #[schemars(range(min = 1))]
     pub pool_size: u32,
+    /// Extra connections above `pool_size`, closed when idle.
     pub max_overflow: u32,
+    /// Attempts per transaction on a deadlock or serialization failure (40P01/40001), the first
+    /// included.
+    #[schemars(range(min = 1))]
     pub tx_attempts: u32,
-    /// **[v1-ext]** No pooled connection is used after this age, so that a pool behind a moving
-    /// service address ends up on the current primary even if nothing ever fails.
+    /// No pooled connection is used after this age, so that a pool behind a moving service
+    /// address ends up on the current primary even if nothing ever fails.
     pub pool_max_lifetime: Dur,
-    /// A file holding the password of `url` and `listen_dsn` (and of `migration_url` when unset):
-    /// read again while running, so a rotated password is used without a restart.
+    /// A file (a mounted Secret key) holding the password of `url`'s user, and of `listen_dsn`'s
+    /// and of the migration when `migration_url` is unset. Read at start (unreadable or empty:
+    /// the start is refused) and again every 5 s: new connections use a rotated password without
+    /// a restart, open ones keep their session.
     pub password_file: Option<std::path::PathBuf>,
+    /// The role the pods connect as, when it is not named `load_control_api`: `migrate` grants
+    /// it what the pods need (schema, tables, sequences, the ledger's functions) after the
+    /// migrations. It must exist; none: the migrations grant to `load_control_api` if that exists.
+    pub runtime_role: Option<String>,
 }
 
 impl Default for DatabaseConfig {
@@ -31,6 +53,7 @@ impl Default for DatabaseConfig {
             tx_attempts: 3,
             pool_max_lifetime: Dur::secs(600),
             password_file: None,
+            runtime_role: None,
         }
     }
 }

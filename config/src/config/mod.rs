@@ -23,23 +23,27 @@ use auth::check_token_entries;
 pub use auth::{AuthConfig, TokenDigests, TokenEntry, TokensFile};
 pub use cleanup::{CleanupConfig, HistoryArchiveConfig};
 pub use database::{DatabaseConfig, normalize_database_url};
-pub use duration::{Dur, parse_duration};
+pub use duration::{DURATION_PATTERN, Dur, parse_duration};
 pub use logs::{LOG_LEVELS, LogFileConfig, LoggingConfig};
 pub use monitor::{MonitorConfig, WorkerConfig};
 pub use nifi::{NifiConfig, Signer, SigningKey, is_signing_key_id};
 pub use recovery::{DispatchConfig, RecoveryConfig, RecoveryMode};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 pub use server::{ServerConfig, TrustedProxies};
 use std::path::{Path, PathBuf};
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// `jobs`: which job keys may start runs.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct JobsConfig {
+    /// Refuse to create a run (422 `JOB_NOT_REGISTERED`) for a job key that no LoadJob registers.
     pub require_registered: bool,
 }
 
-#[derive(Debug, Clone, Default, Deserialize)]
+/// The configuration file of `load-control-api`, `load-control-operator` and `loadctl`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
     pub server: ServerConfig,
@@ -53,7 +57,7 @@ pub struct Config {
     pub monitor: MonitorConfig,
     pub worker: WorkerConfig,
     pub logging: LoggingConfig,
-    /// Accepted for compatibility and ignored (§10.2).
+    /// Accepted for compatibility and ignored.
     pub clients: Option<Value>,
 }
 

@@ -1,14 +1,25 @@
 //! `monitor` (what `loadctl` reads) and `worker` (the operator's metrics listener).
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 
-#[derive(Debug, Clone, Deserialize)]
+/// `monitor`: what `loadctl` reads (the only section it uses; it starts without a file).
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct MonitorConfig {
+    /// The API `loadctl` talks to; none: `http://127.0.0.1:<server.port>`. `--server` and
+    /// `$LOADCTL_SERVER` come first.
     pub api_url: Option<String>,
+    /// The raw token (not its digest) `loadctl` reads with. Never logged.
+    #[serde(skip_serializing)]
     pub token: Option<String>,
+    /// The raw token for actions (resolve, resend, cancel); none: `token`. Never logged.
+    #[serde(skip_serializing)]
     pub operator_token: Option<String>,
+    /// Seconds between refreshes of `loadctl`'s live views; at least 1.
+    #[schemars(range(min = 1.0))]
     pub refresh_seconds: f64,
+    /// Accepted for compatibility and unused.
     pub log_dir: String,
 }
 
@@ -24,10 +35,14 @@ impl Default for MonitorConfig {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `worker`: the operator's metrics and health listener.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkerConfig {
+    /// The address of the operator's `/metrics`, `/healthz` and `/readyz`.
     pub metrics_host: String,
+    /// Its port; `null` turns the listener off.
+    #[schemars(range(min = 1, max = 65535))]
     pub metrics_port: Option<i64>,
 }
 

@@ -1,21 +1,38 @@
 //! `nifi`: where dispatches go (PG-05), the client certificate, and the keys that sign them.
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use std::path::PathBuf;
 
-#[derive(Clone, Deserialize)]
+/// `nifi`: where the operator sends dispatches (NiFi's PG-05 receiver) and how it signs them.
+#[derive(Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct NifiConfig {
+    /// PG-05's scheme, host and port, without a path (`https://nifi.example:9443`): PG-05 answers
+    /// 404 under a path. The operator refuses to start without it; a LoadJob may name its own.
+    #[schemars(regex(pattern = "^(https?://[^/?#]+.*)?$"))]
     pub receiver_url: Option<String>,
-    /// [v1-ext] A proxy in front of NiFi strips the receiver URL's path: allow one.
+    /// A proxy in front of NiFi strips the receiver URL's path: allow one. Otherwise a
+    /// `receiver_url` with a path refuses to start (a LoadJob with one gets `Ready=False`,
+    /// `InvalidSpec`): PG-05 answers 404 under a path, and a 404 makes a dispatch DEAD at once.
     pub receiver_path_allowed: bool,
+    /// PEM client certificate presented to NiFi (with `client_key`); read again every 5 s.
     pub client_cert: Option<PathBuf>,
+    /// PEM private key of `client_cert`.
     pub client_key: Option<PathBuf>,
+    /// PEM bundle that replaces the system trust store for NiFi's certificate.
     pub ca_bundle: Option<PathBuf>,
+    /// Seconds one dispatch request may take; less than `dispatch.lease`.
+    #[schemars(range(min = 0.1, max = 3600.0))]
     pub timeout_seconds: f64,
+    /// The HMAC key dispatches are signed with (`X-Lca-Signature`) when `signing_keys` is unset.
+    /// Never logged.
+    #[serde(skip_serializing)]
     pub signing_secret: Option<String>,
-    /// [v1-ext] §6.4 key rotation: the first key signs and its id goes in `X-LCA-Key-Id`.
+    /// Keys for rotation, `[{id, secret}]`: the first signs and its id goes in `X-Lca-Key-Id`;
+    /// PG-05 accepts any of them while a rotation is under way. Never logged.
+    #[serde(skip_serializing)]
     pub signing_keys: Option<Vec<SigningKey>>,
 }
 
@@ -38,12 +55,15 @@ impl std::fmt::Debug for NifiConfig {
     }
 }
 
-/// One entry of `nifi.signing_keys` (§6.4): `{id, secret}`.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// One entry of `nifi.signing_keys`: `{id, secret}`.
+#[derive(Clone, PartialEq, Eq, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SigningKey {
+    /// The key's id, sent in `X-Lca-Key-Id`: 1 to 64 characters of `[A-Za-z0-9._-]`.
+    #[schemars(regex(pattern = "^[A-Za-z0-9._-]{1,64}$"))]
     pub id: String,
-    #[serde(deserialize_with = "secret_string")]
+    /// The HMAC key (a string: quote one YAML would read as a number).
+    #[serde(deserialize_with = "secret_string", skip_serializing)]
     pub secret: String,
 }
 

@@ -1,7 +1,8 @@
 //! `server`: the api-server's listener, its deadlines, TLS and the proxies it believes.
 use super::Dur;
 use crate::error::{ConfigError, invalid};
-use serde::Deserialize;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 
 /// `server.forwarded_allow_ips`: the peers whose `X-Forwarded-For` is believed (§10.1).
@@ -41,42 +42,64 @@ impl TrustedProxies {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+/// `server`: the api-server's HTTP listener.
+#[derive(Debug, Clone, Deserialize, Serialize, JsonSchema)]
 #[serde(deny_unknown_fields, default)]
 pub struct ServerConfig {
+    /// The address the api-server listens on.
     pub host: String,
+    /// The port the api-server listens on (1..65535).
+    #[schemars(range(min = 1, max = 65535))]
     pub port: i64,
+    /// Accepted for compatibility, at least 1, and without effect: the api-server is one
+    /// multi-threaded process per container; scale with replicas.
+    #[schemars(range(min = 1))]
     pub workers: i64,
+    /// A path prefix a proxy in front of the API strips (`/lca`): the API also answers under it.
     pub root_path: String,
+    /// Read the client's address from `X-Forwarded-For` when the peer is one of
+    /// `forwarded_allow_ips` (the access log's `client`).
     pub proxy_headers: bool,
+    /// The proxies whose `X-Forwarded-For` is believed: addresses separated by commas, or `*`.
     pub forwarded_allow_ips: String,
+    /// Seconds a connection may wait for the first byte of a request, fresh or kept alive.
     pub timeout_keep_alive: f64,
-    /// **[v1-ext]** Seconds a client has for a whole request head once it started sending it
-    /// (and for a TLS handshake).
+    /// Seconds a client has for a whole request head once it started sending it (and for a TLS
+    /// handshake).
     pub header_read_timeout: f64,
-    /// **[v1-ext]** Seconds a client has for a whole request body; then 408 and the connection
-    /// is closed.
+    /// Seconds a client has for a whole request body; then 408 `REQUEST_TIMEOUT` and the
+    /// connection is closed.
     pub body_read_timeout: f64,
-    /// **[v1-ext]** Open connections per process (default 1024), and as many TLS handshakes in
-    /// progress. At the cap a new connection takes the place of an open one: one that never
-    /// presented a valid bearer token and has no request in flight (the earliest accepted),
-    /// else the authenticated one idle longest (TLS: the oldest handshake in progress); it is
-    /// closed at once only when every open connection is busy.
+    /// Open connections per process, and as many TLS handshakes in progress. At the cap a new
+    /// connection takes the place of an open one: one that never presented a valid bearer token
+    /// and has no request in flight (the earliest accepted), else the authenticated one idle
+    /// longest (`lca_http_connections_shed_total`); it is closed at once only when every open
+    /// connection is busy (`lca_http_connections_refused_total`).
+    #[schemars(range(min = 1))]
     pub max_connections: usize,
+    /// Seconds in-flight requests have to finish after SIGTERM.
     pub timeout_graceful_shutdown: f64,
-    /// `/v1` requests handled at once (default none: no limit); beyond it 503
-    /// `SERVICE_UNAVAILABLE`. **[v1-ext]** A request takes its permit once its body has arrived
-    /// (after authentication, 413 and 408), so a body being trickled in holds none; the bytes of
-    /// bodies being read or handled are bounded by `limit_concurrency × max_body_bytes` in all (a
-    /// body waits for its share, within `body_read_timeout`).
+    /// `/v1` requests handled at once (none: no limit); beyond it 503 `SERVICE_UNAVAILABLE`,
+    /// after authentication and the body (413/408), not before. A request takes its permit once
+    /// its body has arrived, so a body being trickled in holds none; the bytes of bodies being
+    /// read or handled are bounded by `limit_concurrency × max_body_bytes` in all.
+    #[schemars(range(min = 1))]
     pub limit_concurrency: Option<usize>,
+    /// PEM certificate (chain) of the API: with `ssl_keyfile`, the api-server speaks HTTPS only.
     pub ssl_certfile: Option<PathBuf>,
+    /// PEM private key of `ssl_certfile`.
     pub ssl_keyfile: Option<PathBuf>,
+    /// PEM bundle the client certificates are verified against.
     pub ssl_ca_certs: Option<PathBuf>,
+    /// Refuse clients without a certificate in the TLS handshake (needs the certificate, the key
+    /// and `ssl_ca_certs`).
     pub ssl_client_cert_required: bool,
+    /// The largest request body accepted; a larger one is answered 413.
+    #[schemars(range(min = 1))]
     pub max_body_bytes: usize,
-    /// **[v1-ext]** How often the api-server reads `ssl_certfile`/`ssl_keyfile` and
-    /// `auth.tokens_file` again, so that a rotated Secret is used without a restart.
+    /// How often the api-server reads `ssl_certfile`/`ssl_keyfile` and `auth.tokens_file` again:
+    /// a renewed certificate serves the next handshakes (open connections keep theirs), a changed
+    /// tokens file the next requests, without a restart.
     pub reload_interval: Dur,
 }
 

@@ -76,12 +76,12 @@ pub static RECENT_RUNS: LazyLock<String> = LazyLock::new(|| {
 /// one, as the contract counts them) from the index-only `ix_load_dispatch_dead`.
 pub const DISPATCH_COUNTS: &str = "SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT') GROUP BY status \
      UNION ALL SELECT 'DEAD', count(*) FROM nifi_ops.load_dispatch WHERE status = 'DEAD'";
-/// `alerts`: `$1..$7` thresholds, `$8`/`$9` the global stale thresholds, `$10` the limit, `$11` the
-/// window's start (serverTime − 24 h). Each kind is served by its own index: PUBLISH_UNKNOWN and
-/// RUN_STALE by `ix_load_run_status_heartbeat`, DISPATCH_DEAD by `ix_load_dispatch_dead_alert`
-/// (the run by its key), RUN_FAILED by `ix_load_run_final_end`, CLEANUP_FAILED by
-/// `ix_load_event_cleanup_failed`.
-pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
+/// The rows of `alerts`, as the CTE `alerts`: `$1..$7` thresholds, `$8`/`$9` the global stale
+/// thresholds, `$11` the window's start (serverTime − 24 h). Each kind is served by its own index:
+/// PUBLISH_UNKNOWN and RUN_STALE by `ix_load_run_status_heartbeat`, DISPATCH_DEAD by
+/// `ix_load_dispatch_dead_alert` (the run by its key), RUN_FAILED by `ix_load_run_final_end`,
+/// CLEANUP_FAILED by `ix_load_event_cleanup_failed`.
+static ALERT_ROWS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{JOB_CTE},
          cleanup_failed AS (
@@ -115,13 +115,37 @@ pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
                    AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.stale_s, $8)))
            UNION ALL
            SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
-             FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)
-         SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
-          ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
-          LIMIT $10",
+             FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)",
         dead_alerting = crate::machine::alerting_dead_dispatch!("d", "r"),
     )
 });
+/// `alerts` (§4.20): the rows of [`ALERT_ROWS`], errors first, the latest first, `$10` at most.
+pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} SELECT kind, severity, run_id, job_key, business_key, status, at, message, dispatch_id FROM alerts
+          ORDER BY CASE severity WHEN 'ERROR' THEN 0 ELSE 1 END, at DESC NULLS LAST, kind, run_id, dispatch_id
+          LIMIT $10",
+        *ALERT_ROWS
+    )
+});
+/// `lca_monitor_alerts{kind}`: the same rows counted by kind, `$10` rows at most.
+pub static ALERT_COUNTS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "{} SELECT kind, count(*) FROM (SELECT kind FROM alerts LIMIT $10) a GROUP BY kind",
+        *ALERT_ROWS
+    )
+});
+/// Every kind [`ALERT_ROWS`] yields, for gauges that show a zero rather than nothing.
+pub const ALERT_KINDS: [&str; 5] = [
+    "PUBLISH_UNKNOWN",
+    "DISPATCH_DEAD",
+    "RUN_FAILED",
+    "RUN_STALE",
+    "CLEANUP_FAILED",
+];
+/// The most alert rows [`Ledger::alert_counts`] counts: a bound on the scan, far above what an
+/// operator could work through.
+pub const ALERT_COUNT_CAP: i64 = 100_000;
 
 impl Ledger {
     /// Every part reads a bounded slice of the ledger (issue 26): the active runs, the last 24 h
@@ -190,6 +214,42 @@ impl Ledger {
             cleanup_due,
             alerts,
         })
+    }
+
+    /// The monitor's alerts counted by kind (`lca_monitor_alerts`), by the same rules as
+    /// [`Ledger::monitor_summary`]'s list: the alerting rules of Prometheus and `loadctl monitor`
+    /// see the same runs. Each count is capped at [`ALERT_COUNT_CAP`].
+    pub async fn alert_counts(&self) -> Result<Vec<(String, i64)>> {
+        let mut tx = self.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        let t = self.job_thresholds(&mut tx).await?;
+        let g = &self.config.thresholds;
+        let (since,): (DateTime<Utc>,) =
+            sqlx::query_as("SELECT clock_timestamp() - interval '24 hours'")
+                .fetch_one(&mut *tx)
+                .await?;
+        let counts: Vec<(String, i64)> =
+            bind_thresholds!(sqlx::query_as(ALERT_COUNTS.as_str()), t, g)
+                .bind(g.stale.as_secs_f64())
+                .bind(g.validation_stale.as_secs_f64())
+                .bind(ALERT_COUNT_CAP)
+                .bind(since)
+                .persistent(false)
+                .fetch_all(&mut *tx)
+                .await?;
+        tx.commit().await?;
+        Ok(ALERT_KINDS
+            .iter()
+            .map(|kind| {
+                let n = counts
+                    .iter()
+                    .find(|(k, _)| k == kind)
+                    .map_or(0, |(_, n)| *n);
+                (kind.to_string(), n)
+            })
+            .collect())
     }
 
     /// The most recent `limit` events of the run, oldest first (§4.22).

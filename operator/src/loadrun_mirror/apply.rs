@@ -25,6 +25,23 @@ pub fn mirror_retry_delay(failures: u32) -> Duration {
     Duration::from_secs(2u64.saturating_pow(failures.min(9)).min(300))
 }
 
+/// The longest a run waits to be mirrored again when the API server gave no answer at all
+/// (unreachable, paused, the connection cut): that is no fault of the run, and a backoff grown
+/// through a long outage would leave the LoadRun behind for minutes after the API server is back.
+/// A refusal (an answer, even a 5xx) keeps the run's own growing backoff.
+pub const UNANSWERED_RETRY_MAX: Duration = Duration::from_secs(4);
+
+/// The delay before the run is tried again after `failures` consecutive failures, the last `e`.
+pub fn retry_after(e: &LoopError, failures: u32) -> Duration {
+    let unanswered = matches!(e, LoopError::Kube(k) if !matches!(k, kube::Error::Api(_)));
+    let delay = mirror_retry_delay(failures);
+    if unanswered {
+        delay.min(UNANSWERED_RETRY_MAX)
+    } else {
+        delay
+    }
+}
+
 /// One run, with its own backoff; only `NotLeading` is returned.
 pub(super) async fn mirror_one(
     ctx: &Context,
@@ -59,7 +76,7 @@ pub(super) async fn mirror_one(
         Err(e @ LoopError::NotLeading(_)) => Err(e),
         Err(e) => {
             let failures = due.map_or(1, |d| d.failures + 1);
-            let delay = mirror_retry_delay(failures);
+            let delay = retry_after(&e, failures);
             ctx.mirror_backoff.lock().expect("backoff lock").insert(
                 run.run_id,
                 RetryAfter {
@@ -67,6 +84,12 @@ pub(super) async fn mirror_one(
                     next: std::time::Instant::now() + delay,
                 },
             );
+            // Tried again when due, not only at the run's next change or the next resync (30 s).
+            let (queue, id) = (ctx.mirror_queue.clone(), run.run_id);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                queue.run(id);
+            });
             tracing::warn!(event = "loadrun_mirror_run_error", run_id = %run.run_id, job_key = %run.job_key,
                 failures, retry_in_s = delay.as_secs(), error = %e, "mirroring this run failed; the others go on");
             Ok(())
@@ -268,6 +291,26 @@ pub(crate) fn owner_reference(job: &PartialObjectMeta<LoadJob>) -> OwnerReferenc
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_run_the_api_server_did_not_answer_for_is_tried_again_within_seconds() {
+        let unanswered = LoopError::Kube(kube::Error::Service(
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused").into(),
+        ));
+        let refused = LoopError::Kube(kube::Error::Api(
+            kube::core::Status::failure("forbidden", "Forbidden")
+                .with_code(403)
+                .boxed(),
+        ));
+        for failures in 1..=12 {
+            assert!(retry_after(&unanswered, failures) <= UNANSWERED_RETRY_MAX);
+            assert_eq!(
+                retry_after(&refused, failures),
+                mirror_retry_delay(failures)
+            );
+        }
+        assert_eq!(retry_after(&refused, 12).as_secs(), 300);
+    }
 
     #[test]
     fn a_failing_run_backs_off_exponentially_up_to_five_minutes() {
