@@ -66,10 +66,10 @@ pub async fn run_migrations_granting(dsn: &crate::Dsn, runtime_role: Option<&str
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let mut result = migrate_locked(&mut conn).await;
-    if let (Ok(_), Some(role)) = (&result, runtime_role) {
-        if let Err(e) = grant_runtime_role(&mut conn, role).await {
-            result = Err(e);
-        }
+    if let (Ok(_), Some(role)) = (&result, runtime_role)
+        && let Err(e) = grant_runtime_role(&mut conn, role).await
+    {
+        result = Err(e);
     }
     sqlx::query("SELECT pg_advisory_unlock(hashtext('load_control_migrate'))")
         .execute(&mut conn)

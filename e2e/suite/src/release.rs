@@ -219,7 +219,7 @@ impl Release {
             wait,
             "--wait-for-jobs",
             "--timeout",
-            "180s",
+            "300s",
         ];
         for set in sets {
             args.extend(["--set", set]);
