@@ -206,6 +206,13 @@ async fn every_alert_queries_exposed_metrics_and_links_its_runbook_section() {
     assert!(rules.len() >= 10, "{rules:?}");
     for r in rules {
         let (name, expr) = (r["alert"].as_str().unwrap(), r["expr"].as_str().unwrap());
+        // Routable by the installation it is about, whatever the expression aggregates away.
+        assert_eq!(
+            (&r["labels"]["namespace"], &r["labels"]["release"]),
+            (&"ns".into(), &"lc".into()),
+            "{name}: {:?}",
+            r["labels"]
+        );
         assert_eq!(
             expr.matches('(').count(),
             expr.matches(')').count(),
