@@ -169,7 +169,13 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
             ApiError::internal().into_response()
         }
     };
-    res = finish(res, &request_id);
+    let error_code;
+    (res, error_code) = finish(res, &request_id);
+    if res.status() == StatusCode::SERVICE_UNAVAILABLE
+        && let Some(code) = error_code
+    {
+        state.0.metrics.unavailable(code);
+    }
     state.0.metrics.request(
         &endpoint,
         res.status().as_u16(),
@@ -213,8 +219,9 @@ async fn frame(State(state): State<AppState>, mut req: Request, next: Next) -> R
     res
 }
 
-/// Renders a pending error (or axum's bare 404/405) as the common body, and sets X-Request-Id.
-fn finish(mut res: Response, request_id: &str) -> Response {
+/// Renders a pending error (or axum's bare 404/405) as the common body, and sets X-Request-Id;
+/// also returns the error's code, for the metrics.
+fn finish(mut res: Response, request_id: &str) -> (Response, Option<&'static str>) {
     let pending = res
         .extensions_mut()
         .remove::<PendingError>()
@@ -224,6 +231,7 @@ fn finish(mut res: Response, request_id: &str) -> Response {
             StatusCode::METHOD_NOT_ALLOWED => Some(ApiError::method_not_allowed()),
             _ => None,
         });
+    let code = pending.as_ref().map(|e| e.code);
     if let Some(e) = pending {
         let headers = res.headers().clone();
         res = render_error(&e, request_id, headers);
@@ -231,7 +239,7 @@ fn finish(mut res: Response, request_id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(request_id) {
         res.headers_mut().insert("x-request-id", v);
     }
-    res
+    (res, code)
 }
 
 pub fn router(state: AppState) -> Router {

@@ -16,6 +16,11 @@ struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CodeLabel {
+    code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EndpointLabel {
     endpoint: String,
 }
@@ -37,6 +42,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     request_seconds: Family<EndpointLabel, Histogram>,
     chunk_reports: Family<ResultLabel, Counter>,
+    unavailable: Family<CodeLabel, Counter>,
     run_lock_wait: Histogram,
     connections_retired: Counter,
     connections_open: Gauge,
@@ -60,6 +66,12 @@ impl Default for Metrics {
             Histogram::new(exponential_buckets(0.001, 2.0, 15))
         });
         let chunk_reports = Family::<ResultLabel, Counter>::default();
+        let unavailable = Family::<CodeLabel, Counter>::default();
+        registry.register(
+            "lca_unavailable",
+            "Requests answered 503 by cause: code DATABASE_UNAVAILABLE (the ledger unreachable, failing over or on an unsupported schema) or SERVICE_UNAVAILABLE (server.limit_concurrency full: overload)",
+            unavailable.clone(),
+        );
         let run_lock_wait = Histogram::new(exponential_buckets_range(0.001, 5.0, 12));
         registry.register(
             "lca_requests",
@@ -151,6 +163,7 @@ impl Default for Metrics {
             requests,
             request_seconds,
             chunk_reports,
+            unavailable,
             run_lock_wait,
             connections_retired,
             connections_open,
@@ -175,6 +188,11 @@ impl Metrics {
                 endpoint: endpoint.to_string(),
             })
             .observe(seconds);
+    }
+
+    /// A request answered 503, by its error code (the cause).
+    pub fn unavailable(&self, code: &'static str) {
+        self.unavailable.get_or_create(&CodeLabel { code }).inc();
     }
 
     pub fn chunk_report(&self, result: ledger::ChunkResult) {

@@ -928,6 +928,21 @@ async fn a_schema_newer_than_supported_is_not_served_and_said_so() {
     assert_eq!(created.status(), 503);
     let body: serde_json::Value = created.json().await.unwrap();
     assert_eq!(body["code"], "DATABASE_UNAVAILABLE", "{body}");
+    let metrics = client
+        .get(format!("{base}/metrics"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "lca_unavailable_total{code=\"DATABASE_UNAVAILABLE\"} 1"),
+        "{metrics}"
+    );
     let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
         .fetch_one(&mut conn)
         .await

@@ -347,6 +347,18 @@ async fn concurrency_limit_refuses_only_v1_requests() {
         )
         .await;
     assert_eq!(big.status, 413);
+    // The overload is counted by its cause, apart from a ledger that cannot be reached.
+    let metrics = api.send("GET", "/metrics", None, None).await;
+    let text = metrics.body.as_str().unwrap().to_string();
+    assert!(
+        text.lines()
+            .any(|l| l == "lca_unavailable_total{code=\"SERVICE_UNAVAILABLE\"} 1"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("lca_unavailable_total{code=\"DATABASE_UNAVAILABLE\"}"),
+        "{text}"
+    );
 }
 
 /// Answers given before the body is read (401, 403, 413) must leave a pooled keep-alive client

@@ -138,6 +138,8 @@ async fn exposed_by_both() -> BTreeSet<String> {
     let tls = load_control_api::metrics::Metrics::default();
     tls.certificate_loaded("api", 0);
     tls.certificate_reload_failed("api");
+    tls.unavailable("DATABASE_UNAVAILABLE");
+    tls.unavailable("SERVICE_UNAVAILABLE");
     let mut have = exposed(&api_text);
     have.extend(exposed(&operator_text));
     have.extend(exposed(&tls.render()));
