@@ -50,6 +50,15 @@ async fn privileges(conn: &mut sqlx::PgConnection, role: &str) -> Vec<(String, S
     .unwrap()
 }
 
+/// `role` as an SQL identifier.
+async fn quoted(conn: &mut sqlx::PgConnection, role: &str) -> String {
+    sqlx::query_scalar("SELECT quote_ident($1)")
+        .bind(role)
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+}
+
 #[tokio::test]
 async fn migrate_grants_a_runtime_role_of_any_name_what_the_migrations_grant_load_control_api() {
     let db = TestDb::fresh().await;
@@ -60,11 +69,7 @@ async fn migrate_grants_a_runtime_role_of_any_name_what_the_migrations_grant_loa
         format!("lc rt \"named\" {suffix}"),
     );
     for role in [&history, &named] {
-        let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
-            .bind(role)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
+        let quoted = quoted(&mut conn, role).await;
         sqlx::query(sqlx::AssertSqlSafe(format!("CREATE ROLE {quoted}")))
             .execute(&mut conn)
             .await
@@ -107,11 +112,7 @@ async fn migrate_grants_a_runtime_role_of_any_name_what_the_migrations_grant_loa
         .unwrap();
     assert_eq!(privileges(&mut conn, &named).await, expected);
     for role in [&history, &named] {
-        let quoted: String = sqlx::query_scalar("SELECT quote_ident($1)")
-            .bind(role)
-            .fetch_one(&mut conn)
-            .await
-            .unwrap();
+        let quoted = quoted(&mut conn, role).await;
         sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
             "DROP OWNED BY {quoted}; DROP ROLE {quoted}"
         )))

@@ -119,6 +119,19 @@ static ALERT_ROWS: LazyLock<String> = LazyLock::new(|| {
         dead_alerting = crate::machine::alerting_dead_dispatch!("d", "r"),
     )
 });
+/// A statement over [`ALERT_ROWS`] with its parameters: the thresholds, the global stale ones,
+/// `$10` the cap and `$11` the window's start.
+macro_rules! bind_alert_rows {
+    ($sql:expr, $t:expr, $g:expr, $cap:expr, $since:expr) => {
+        bind_thresholds!(sqlx::query_as($sql.as_str()), $t, $g)
+            .bind($g.stale.as_secs_f64())
+            .bind($g.validation_stale.as_secs_f64())
+            .bind($cap)
+            .bind($since)
+            .persistent(false)
+    };
+}
+
 /// `alerts` (§4.20): the rows of [`ALERT_ROWS`], errors first, the latest first, `$10` at most.
 pub static ALERTS: LazyLock<String> = LazyLock::new(|| {
     format!(
@@ -188,12 +201,7 @@ impl Ledger {
             .persistent(false)
             .fetch_one(&mut *tx)
             .await?;
-        let mut alerts: Vec<Alert> = bind_thresholds!(sqlx::query_as(ALERTS.as_str()), t, g)
-            .bind(g.stale.as_secs_f64())
-            .bind(g.validation_stale.as_secs_f64())
-            .bind(alert_limit)
-            .bind(since)
-            .persistent(false)
+        let mut alerts: Vec<Alert> = bind_alert_rows!(ALERTS, t, g, alert_limit, since)
             .fetch_all(&mut *tx)
             .await?;
         tx.commit().await?;
@@ -231,12 +239,7 @@ impl Ledger {
                 .fetch_one(&mut *tx)
                 .await?;
         let counts: Vec<(String, i64)> =
-            bind_thresholds!(sqlx::query_as(ALERT_COUNTS.as_str()), t, g)
-                .bind(g.stale.as_secs_f64())
-                .bind(g.validation_stale.as_secs_f64())
-                .bind(ALERT_COUNT_CAP)
-                .bind(since)
-                .persistent(false)
+            bind_alert_rows!(ALERT_COUNTS, t, g, ALERT_COUNT_CAP, since)
                 .fetch_all(&mut *tx)
                 .await?;
         tx.commit().await?;
