@@ -1,7 +1,7 @@
 //! The load-control ledger: the domain (the run state machine of `machine`, partition and dispatch
 //! statuses, manifest invariants, the metric judge) and the PostgreSQL store that applies it as
 //! compare-and-set transactions. Every decision is made here or in the server-side functions of
-//! `migrations/` that this crate calls (the chunk report, the gate, a partition's success, the
+//! `ledger/functions/` that this crate calls (the chunk report, the gate, a partition's success, the
 //! completion, the claim, the validation start, every status change): docs/architecture.md names
 //! the one place of each rule. Nothing here knows HTTP or Kubernetes.
 pub mod connections;
@@ -9,6 +9,7 @@ pub mod decimal;
 pub mod dsn;
 pub mod error;
 pub mod event;
+pub mod functions;
 mod job_thresholds;
 pub mod json;
 pub mod judge;

@@ -112,6 +112,7 @@ async fn grant_runtime_role(conn: &mut PgConnection, role: &str) -> Result<()> {
             .execute(&mut *tx)
             .await?;
     }
+    crate::functions::grant_server_functions(&mut tx, &quoted).await?;
     tx.commit().await?;
     tracing::info!(
         event = "runtime_role_granted",
@@ -223,6 +224,7 @@ async fn migrate_locked(conn: &mut PgConnection) -> Result<i32> {
     sqlx::query("RESET lock_timeout")
         .execute(&mut *conn)
         .await?;
+    crate::functions::apply_server_functions(conn).await?;
     // Raised only: a binary of an older schema version (within its range) leaves it as it is.
     sqlx::query(
         "INSERT INTO nifi_ops.schema_version (version, written_by) VALUES ($1, $2) \

@@ -156,7 +156,7 @@ impl Ledger {
         // older than the advisory wait; `FOR UPDATE` follows the update chain and re-checks the
         // newest version, so its columns are current. (Reports and claims hold the run shared, in
         // their server-side functions, and re-read the status after their locks:
-        // `nifi_ops.claim_partition`, migration 20261204000013, says why.)
+        // `nifi_ops.claim_partition_v2` says why.)
         let row: Option<RunRow> = sqlx::query_as(sqlx::AssertSqlSafe(EXCLUSIVE_RUN_LOCK.as_str()))
             .bind(run_id)
             .bind(k1)

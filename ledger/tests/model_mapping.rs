@@ -117,8 +117,11 @@ enum Code {
     /// A string literal (the SQL) that contains this text, whitespace-insensitive.
     Sql(&'static str, &'static str),
     /// A migration of `migrations/` (named first) that contains this text, whitespace-insensitive,
-    /// its `--` comments removed.
+    /// its `--` comments removed: the tables and triggers, which live there.
     Migration(&'static str, &'static str),
+    /// A server-side function (its file `ledger/functions/<name>.sql`, named first) that contains
+    /// this text, whitespace-insensitive, its `--` comments removed.
+    Function(&'static str, &'static str),
 }
 
 const GUARDS: &[Guard] = &[
@@ -127,19 +130,19 @@ const GUARDS: &[Guard] = &[
         property: "4",
         code: &[
             // The report's claim check, in the one copy of §4.7 steps 2–8, which
-            // `nifi_ops.report_chunk` runs before it decides and again when it records.
-            Code::Migration(
-                "20261205000018_partition_heartbeat_every_report.sql",
+            // `nifi_ops.report_chunk_v2` runs before it decides and again when it records.
+            Code::Function(
+                "record_chunk",
                 "IF v_claim_token IS DISTINCT FROM p_claim_token THEN \
                  outcome := 'CLAIM_MISMATCH'; RETURN; END IF;",
             ),
-            Code::Migration(
-                "20261204000014_partition_success_function.sql",
+            Code::Function(
+                "partition_success",
                 "WHERE run_id = p_run_id AND partition_id = p_partition_id AND status = 'RUNNING' \
                  AND claim_token = p_claim_token; won := FOUND; IF NOT won THEN RETURN; END IF;",
             ),
-            Code::Migration(
-                "20261205000017_contract_values.sql",
+            Code::Function(
+                "report_chunk_v2",
                 "IF NOT v_won THEN RAISE EXCEPTION 'partition % of run % changed under its row lock', \
                  p_partition_id, p_run_id; END IF;",
             ),
@@ -158,30 +161,27 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_PIN",
         property: "6-at-least-one",
         code: &[
-            Code::Migration(
-                "20261204000014_partition_success_function.sql",
+            Code::Function(
+                "partition_success",
                 "WHERE run_id = p_run_id AND partition_id > p_partition_id \
                  AND status IN ('PENDING', 'RUNNING', 'RETRY') \
                  ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED),",
             ),
-            Code::Migration(
-                "20261204000014_partition_success_function.sql",
+            Code::Function(
+                "partition_success",
                 "WHERE run_id = p_run_id AND partition_id < p_partition_id \
                  AND status IN ('PENDING', 'RUNNING', 'RETRY') \
                  AND NOT EXISTS (SELECT 1 FROM after) \
                  ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED) \
                  SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before) INTO pinned;",
             ),
-            Code::Migration(
-                "20261205000017_contract_values.sql",
+            Code::Function(
+                "report_chunk_v2",
                 "SELECT s.won, s.pinned INTO v_won, v_pinned FROM nifi_ops.partition_success(",
             ),
-            Code::Migration(
-                "20261205000017_contract_values.sql",
-                "IF v_pinned THEN RETURN; END IF;",
-            ),
-            Code::Migration(
-                "20261204000015_report_chunk_function.sql",
+            Code::Function("report_chunk_v2", "IF v_pinned THEN RETURN; END IF;"),
+            Code::Function(
+                "complete_extraction",
                 "WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING' \
                  AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count",
             ),
@@ -193,18 +193,18 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_PIN_WITHOUT_LOCK",
         property: "completion-at-least-once",
         code: &[
-            Code::Migration(
-                "20261204000014_partition_success_function.sql",
+            Code::Function(
+                "partition_success",
                 "ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED",
             ),
             Code::Sql("lock_partition", "FOR UPDATE"),
-            Code::Migration(
-                "20261205000018_partition_heartbeat_every_report.sql",
+            Code::Function(
+                "record_chunk",
                 "FROM nifi_ops.load_partition p \
                  WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
             ),
-            Code::Migration(
-                "20261204000013_claim_partition_function.sql",
+            Code::Function(
+                "claim_partition_v2",
                 "FROM nifi_ops.load_partition p \
                  WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id FOR UPDATE;",
             ),
@@ -215,14 +215,14 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_STALE_RECOUNT",
         property: "completion-at-least-once",
         code: &[
-            Code::Migration(
-                "20261205000017_contract_values.sql",
+            Code::Function(
+                "report_chunk_v2",
                 "PERFORM 1 FROM nifi_ops.load_run r \
                  WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING' FOR NO KEY UPDATE; \
                  IF NOT FOUND THEN",
             ),
-            Code::Migration(
-                "20261205000017_contract_values.sql",
+            Code::Function(
+                "report_chunk_v2",
                 "IF nifi_ops.complete_extraction(p_run_id, p_dispatch_id, p_extracted_event_id) THEN",
             ),
         ],
@@ -247,8 +247,8 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_TRIGGER_STABLE",
         property: "completion-at-least-once",
-        code: &[Code::Migration(
-            "20261203000010_success_count_recount.sql",
+        code: &[Code::Function(
+            "load_run_success_recount",
             "LANGUAGE plpgsql VOLATILE AS $$ \
              BEGIN \
                  NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p \
@@ -259,19 +259,19 @@ const GUARDS: &[Guard] = &[
         mutant: "MUTANT_NO_START_CAS",
         property: "9-stage",
         code: &[
-            Code::Migration(
-                "20261204000016_start_validation_function.sql",
+            Code::Function(
+                "start_validation_v2",
                 "IF run_status = 'EXTRACTED_VALIDATED' THEN SELECT t.changed INTO v_won \
                  FROM nifi_ops.transition(p_run_id, 'EXTRACTED_VALIDATED', 'STAGE_VALIDATING',",
             ),
-            Code::Migration(
-                "20261204000016_start_validation_function.sql",
+            Code::Function(
+                "start_validation_v2",
                 "ELSIF NOT EXISTS (SELECT 1 FROM nifi_ops.load_event e \
                  WHERE e.event_id = p_event_id AND e.run_id = p_run_id \
                  AND e.event_name = 'STAGE_VALIDATION_STARTED') THEN outcome := 'REFUSED'; RETURN; END IF;",
             ),
-            Code::Migration(
-                "20261204000016_start_validation_function.sql",
+            Code::Function(
+                "transition",
                 "WHERE run_id = p_run_id AND status = p_from; changed := FOUND;",
             ),
         ],
@@ -303,9 +303,9 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_NO_ABORT",
         property: "13-partitions",
-        code: &[Code::Migration(
-            "20261204000016_start_validation_function.sql",
-            "IF p_aborts_partitions THEN UPDATE nifi_ops.load_partition SET status = 'ABORTED', \
+        code: &[Code::Function(
+            "transition",
+            "IF v_step.aborts_partitions THEN UPDATE nifi_ops.load_partition SET status = 'ABORTED', \
                  completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(), error_code = p_to, \
                  error_message = 'run ended: ' || p_to \
                  WHERE run_id = p_run_id AND status IN ('PENDING', 'RUNNING', 'RETRY');",
@@ -401,7 +401,9 @@ impl Body {
                         .collect(),
                 )
             }
-            Code::Migration(..) => return Err("a migration is not Rust".to_string()),
+            Code::Migration(..) | Code::Function(..) => {
+                return Err("a migration or a server-side function is not Rust".to_string());
+            }
             Code::Sql(_, q) => {
                 let want = normalized(q);
                 (
@@ -608,7 +610,10 @@ fn read_body(block: &syn::Block) -> Body {
 
 /// Whether `code` is reachable code of the function it names in `source`.
 fn source_holds(source: &str, code: &Code) -> Result<(), String> {
-    let (Code::Stmt(function, _) | Code::Sql(function, _) | Code::Migration(function, _)) = code;
+    let (Code::Stmt(function, _)
+    | Code::Sql(function, _)
+    | Code::Migration(function, _)
+    | Code::Function(function, _)) = code;
     let bodies = function_bodies(source, function);
     if bodies.is_empty() {
         return Err(format!("no fn {function}"));
@@ -893,8 +898,8 @@ fn parenthesized(text: &str) -> Option<&str> {
     None
 }
 
-/// The server-side functions of `nifi_ops` that the migrations create (the newest definition of
-/// each), with the events they write: the literal `event_name` of each
+/// The server-side functions of `nifi_ops` as `ledger/functions/` defines them (what `migrate`
+/// applies after the migrations), with the events they write: the literal `event_name` of each
 /// `INSERT INTO nifi_ops.load_event (…) VALUES (…)` in the function's body. An event name that is
 /// not a literal fails here: the mapping could not see it.
 fn sql_functions() -> BTreeMap<String, BTreeSet<String>> {
@@ -904,11 +909,11 @@ fn sql_functions() -> BTreeMap<String, BTreeSet<String>> {
         .collect()
 }
 
-/// `sql_functions`, with the server-side functions each one calls (`nifi_ops.report_chunk`
+/// `sql_functions`, with the server-side functions each one calls (`nifi_ops.report_chunk_v2`
 /// runs `nifi_ops.partition_success`, whose events it writes).
 fn sql_function_bodies() -> BTreeMap<String, Function> {
-    let mut files: Vec<_> = std::fs::read_dir(repo().join("migrations"))
-        .expect("migrations")
+    let mut files: Vec<_> = std::fs::read_dir(repo().join("ledger/functions"))
+        .expect("ledger/functions")
         .map(|e| e.expect("directory entry").path())
         .collect();
     files.sort();
@@ -1225,15 +1230,22 @@ fn every_model_guard_is_the_ledger_code_that_implements_it() {
             guard.property
         );
         for code in guard.code {
-            if let Code::Migration(file, text) = code {
-                let sql: String = read(&repo().join("migrations").join(file))
+            let sql_file = match code {
+                Code::Migration(file, _) => Some(format!("migrations/{file}")),
+                Code::Function(name, _) => Some(format!("ledger/functions/{name}.sql")),
+                _ => None,
+            };
+            if let (Some(file), Code::Migration(_, text) | Code::Function(_, text)) =
+                (sql_file, code)
+            {
+                let sql: String = read(&repo().join(&file))
                     .lines()
                     .map(|l| l.split("--").next().unwrap_or(""))
                     .collect::<Vec<_>>()
                     .join("\n");
                 assert!(
                     normalized(&sql).contains(&normalized(text)),
-                    "{}: migrations/{file} no longer contains `{text}`. The model's guard (and \
+                    "{}: {file} no longer contains `{text}`. The model's guard (and \
                      its mutant) stand for that code: change the model with it, re-run \
                      scripts/model-check, then this table",
                     guard.mutant

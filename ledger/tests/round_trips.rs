@@ -1,9 +1,9 @@
 //! Issue 30 item 1: a chunk report is one round trip to PostgreSQL whatever it decides
-//! (`nifi_ops.report_chunk` on its own, migration 20261204000015: progress, the partition's
+//! (`nifi_ops.report_chunk_v2` on its own, ledger/functions/: progress, the partition's
 //! success, the run's completion), counted on the wire by a forwarder between the ledger and the
 //! server; only a gate mismatch, which fails the run, decides again in a transaction under the
 //! run's exclusive lock. A claim, whatever it answers, is one round trip too
-//! (`nifi_ops.claim_partition`, migration 20261204000013), and still writes its event with it.
+//! (`nifi_ops.claim_partition_v2`, ledger/functions/), and still writes its event with it.
 //! And the run-directory rule (§4.7 step 4), which now lives in record_chunk, refuses every alias
 //! of a file and nothing else.
 use ledger::{
@@ -25,7 +25,7 @@ fn report(token: Uuid, index: i32, count: i32, path: String) -> ChunkReport {
     }
 }
 
-/// The report that completes a run: `nifi_ops.report_chunk` alone. Fourteen statements before
+/// The report that completes a run: `nifi_ops.report_chunk_v2` alone. Fourteen statements before
 /// issue 30 (the try, BEGIN, the run lock, the chunk, the SUCCESS, its event, the pin, the run
 /// row's write lock, the CAS, two NOTIFYs, the outbox row, its event, COMMIT), ten before the
 /// decision became one statement.
@@ -503,7 +503,7 @@ async fn a_commit_whose_answer_is_lost_is_answered_as_what_happened() {
     assert!(again.changed);
 }
 
-/// A validation start (§4.9) is one statement (`nifi_ops.start_validation`, migration
+/// A validation start (§4.9) is one statement (`nifi_ops.start_validation_v2`, first in migration
 /// 20261204000016; eight before: BEGIN, the run lock, the dispatch's lock, the ACK, the CAS, the
 /// event, the SOURCE metrics, COMMIT). It is not repeatable (a second start is refused), so when
 /// its answer is lost the ledger repeats it with the same event id, and the repeat, finding its

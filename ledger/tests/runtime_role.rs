@@ -92,6 +92,11 @@ async fn migrate_grants_a_runtime_role_of_any_name_what_the_migrations_grant_loa
         }
     }
     tx.commit().await.unwrap();
+    // The functions of ledger/functions/, as `migrate` grants them to `load_control_api`.
+    let history_quoted = quoted(&mut conn, &history).await;
+    ledger::functions::grant_server_functions(&mut conn, &history_quoted)
+        .await
+        .unwrap();
     // What every role has (EXECUTE of the functions nobody revoked from PUBLIC), and no more.
     let before = privileges(&mut conn, &named).await;
     assert!(
@@ -106,6 +111,22 @@ async fn migrate_grants_a_runtime_role_of_any_name_what_the_migrations_grant_loa
     let expected = privileges(&mut conn, &history).await;
     assert!(expected.len() > 20, "{expected:?}");
     assert_eq!(privileges(&mut conn, &named).await, expected);
+    // Every function the pods call, and none for PUBLIC (a role the grants forgot would fail
+    // NiFi's first report, not this test, if the two lists above were equal but short).
+    for f in ledger::functions::SERVER_FUNCTIONS {
+        let (callable, public): (bool, bool) = sqlx::query_as(
+            "SELECT bool_and(has_function_privilege($1, p.oid, 'EXECUTE')) OR bool_and(p.prorettype = 'trigger'::regtype), \
+                    bool_or(has_function_privilege('public', p.oid, 'EXECUTE')) \
+               FROM pg_proc p WHERE p.pronamespace = 'nifi_ops'::regnamespace AND p.proname = $2",
+        )
+        .bind(&named)
+        .bind(f.name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert!(callable, "{named} may not execute nifi_ops.{}", f.name);
+        assert!(!public, "PUBLIC may execute nifi_ops.{}", f.name);
+    }
     // Twice is the same as once.
     ledger::migrate::run_migrations_granting(&ledger::Dsn::new(db.url.clone()), Some(&named))
         .await

@@ -445,3 +445,375 @@ async fn an_index_left_invalid_is_built_again() {
     .unwrap();
     assert_eq!(valid, Some(true));
 }
+
+// ---- Server-side functions (ledger/src/functions.rs): one file each, applied by hash, never
+// ---- edited once released, outcomes typed on both sides.
+
+use ledger::functions::{SERVER_FUNCTIONS, outcome_types};
+
+fn repo() -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// The sha256 PostgreSQL computes of `text`, as `migrate` records it.
+async fn sha256(conn: &mut PgConnection, text: &str) -> String {
+    sqlx::query_scalar("SELECT encode(sha256(convert_to($1, 'UTF8')), 'hex')")
+        .bind(text)
+        .fetch_one(conn)
+        .await
+        .unwrap()
+}
+
+async fn recorded(conn: &mut PgConnection, name: &str) -> Option<(String, i32, String)> {
+    sqlx::query_as(
+        "SELECT sha256, schema_version, written_by FROM nifi_ops.server_function WHERE function_name = $1",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await
+    .unwrap()
+}
+
+/// The bodies (`prosrc`) of every overload of `nifi_ops.<name>`.
+async fn bodies(conn: &mut PgConnection, name: &str) -> Vec<String> {
+    sqlx::query_scalar(
+        "SELECT prosrc FROM pg_proc WHERE pronamespace = 'nifi_ops'::regnamespace AND proname = $1",
+    )
+    .bind(name)
+    .fetch_all(conn)
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn every_function_file_is_applied_and_recorded_by_its_hash() {
+    let mut on_disk: Vec<String> = std::fs::read_dir(repo().join("ledger/functions"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    on_disk.sort();
+    let listed: Vec<String> = SERVER_FUNCTIONS
+        .iter()
+        .map(|f| format!("{}.sql", f.name))
+        .collect();
+    assert_eq!(
+        on_disk, listed,
+        "ledger/functions/ and SERVER_FUNCTIONS differ"
+    );
+    let db = TestDb::empty().await;
+    run_migrations(&db.url).await.unwrap();
+    let mut conn = db.conn().await;
+    for f in SERVER_FUNCTIONS {
+        assert!(
+            f.sql
+                .contains(&format!("CREATE OR REPLACE FUNCTION nifi_ops.{}(", f.name)),
+            "ledger/functions/{}.sql defines nifi_ops.{0}",
+            f.name
+        );
+        let hash = sha256(&mut conn, f.sql).await;
+        let (recorded_hash, version, by) = recorded(&mut conn, f.name).await.expect("recorded");
+        assert_eq!(
+            (recorded_hash, version, by.as_str()),
+            (
+                hash,
+                SCHEMA_VERSION,
+                concat!("load-control ", env!("CARGO_PKG_VERSION"))
+            )
+        );
+        // The function the database runs is the file's (one overload has its body).
+        let body = f.sql.split("$$").nth(1).expect("a body in $$ … $$");
+        assert!(
+            bodies(&mut conn, f.name).await.iter().any(|b| b == body),
+            "nifi_ops.{} is not the body of its file",
+            f.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_function_changed_by_hand_is_restored_and_a_newer_releases_is_kept() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    // Somebody replaced the gate by hand (its record still says the file's hash).
+    let gate = SERVER_FUNCTIONS
+        .iter()
+        .find(|f| f.name == "chunk_gate")
+        .unwrap();
+    let body = gate.sql.split("$$").nth(1).unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "{} \
+         UPDATE nifi_ops.server_function SET sha256 = 'by hand' WHERE function_name = 'chunk_gate'",
+        gate.sql.replace(body, " SELECT NULL::text ")
+    )))
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(
+        bodies(&mut conn, "chunk_gate").await,
+        vec![" SELECT NULL::text ".to_string()]
+    );
+    // And a newer release wrote its own `transition` (schema version ahead of this binary's).
+    sqlx::query(
+        "UPDATE nifi_ops.server_function SET sha256 = 'newer', schema_version = $1, \
+                written_by = 'load-control 9.9.9' WHERE function_name = 'transition'",
+    )
+    .bind(SCHEMA_VERSION + 1)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    run_migrations(&db.url).await.unwrap();
+    assert_eq!(
+        recorded(&mut conn, "chunk_gate").await.unwrap().0,
+        sha256(&mut conn, gate.sql).await
+    );
+    assert_eq!(
+        bodies(&mut conn, "chunk_gate").await,
+        vec![body.to_string()]
+    );
+    let (hash, version, by) = recorded(&mut conn, "transition").await.unwrap();
+    assert_eq!(
+        (hash.as_str(), version, by.as_str()),
+        ("newer", SCHEMA_VERSION + 1, "load-control 9.9.9"),
+        "a rollback's migrate keeps the newer release's function"
+    );
+}
+
+#[tokio::test]
+async fn each_outcome_type_has_the_values_of_its_rust_enum() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    for (pg_type, function, values) in outcome_types() {
+        let in_db: Vec<String> = sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+            "SELECT unnest(enum_range(NULL::{pg_type}))::text"
+        )))
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(in_db, values, "{pg_type} and its Rust enum differ");
+        // The function answers its outcome in that type.
+        let (name,) = function.split_once('.').map(|(_, n)| (n,)).unwrap();
+        let out: String = sqlx::query_scalar(
+            "SELECT t.oid::regtype::text FROM pg_proc p, unnest(p.proallargtypes, p.proargnames, p.proargmodes) \
+                    AS a(typ, name, mode) JOIN pg_type t ON t.oid = a.typ \
+              WHERE p.pronamespace = 'nifi_ops'::regnamespace AND p.proname = $1 \
+                AND a.name = 'outcome' AND a.mode = 'o'",
+        )
+        .bind(name)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+        assert_eq!(out, pg_type, "{function} answers its outcome as {out}");
+    }
+}
+
+/// The files of `ledger/functions/` that differ from the same file of a release: (release, file).
+fn edited_released_functions(
+    released: &[(String, String, String)],
+    tree: &std::path::Path,
+) -> Vec<(String, String)> {
+    released
+        .iter()
+        .filter(|(_, file, sql)| {
+            std::fs::read_to_string(tree.join(file)).is_ok_and(|ours| ours != *sql)
+        })
+        .map(|(release, file, _)| (release.clone(), file.clone()))
+        .collect()
+}
+
+/// Every function file of every release of `RELEASES`: (release, file, its text), read with git
+/// from the release's commit.
+fn released_function_files() -> Vec<(String, String, String)> {
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .current_dir(repo())
+            .args(args)
+            .output()
+            .expect("git");
+        assert!(
+            out.status.success(),
+            "git {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let releases = std::fs::read_to_string(repo().join("RELEASES")).unwrap();
+    let mut files = Vec::new();
+    for line in releases
+        .lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+    {
+        let (release, commit) = line.split_once(' ').expect("`<version> <commit>`");
+        let listing = git(&["ls-tree", "--name-only", commit, "ledger/functions/"]);
+        for path in listing.lines() {
+            let file = path.trim_start_matches("ledger/functions/").to_string();
+            files.push((
+                release.to_string(),
+                file,
+                git(&["show", &format!("{commit}:{path}")]),
+            ));
+        }
+    }
+    files
+}
+
+#[test]
+fn a_released_function_file_is_never_edited() {
+    // The checker finds an edit (a release whose copy of a file differs from the tree's) and
+    // ignores a file the tree no longer has (dropped by a contract migration).
+    let tree = repo().join("ledger/functions");
+    let gate = std::fs::read_to_string(tree.join("chunk_gate.sql")).unwrap();
+    let fixture = vec![
+        (
+            "0.9.0".to_string(),
+            "chunk_gate.sql".to_string(),
+            gate.replace("STABLE", "IMMUTABLE"),
+        ),
+        (
+            "0.9.0".to_string(),
+            "transition.sql".to_string(),
+            std::fs::read_to_string(tree.join("transition.sql")).unwrap(),
+        ),
+        (
+            "0.9.0".to_string(),
+            "gone.sql".to_string(),
+            "anything".to_string(),
+        ),
+    ];
+    assert_eq!(
+        edited_released_functions(&fixture, &tree),
+        vec![("0.9.0".to_string(), "chunk_gate.sql".to_string())]
+    );
+    let edited = edited_released_functions(&released_function_files(), &tree);
+    assert!(
+        edited.is_empty(),
+        "released server-side functions edited: {edited:?}. The previous release's pods call them \
+         by name during an upgrade and after a rollback: give the new behaviour a new name \
+         (ledger/src/functions.rs)"
+    );
+}
+
+/// What the next release's migration does to the chunk report, as `ledger/src/functions.rs`
+/// allows (`name` a new function) or not (`name` this release's): a body that answers a new
+/// outcome, THROTTLED, to a report of more than 1000 chunks, and the schema version one ahead.
+async fn next_release_reports_chunks_as(conn: &mut PgConnection, name: &str) {
+    let ours = SERVER_FUNCTIONS
+        .iter()
+        .find(|f| f.name == "report_chunk_v2")
+        .unwrap()
+        .sql;
+    let changed = ours
+        .replacen(
+            "FUNCTION nifi_ops.report_chunk_v2(",
+            &format!("FUNCTION nifi_ops.{name}("),
+            1,
+        )
+        .replacen(
+            "\nBEGIN\n",
+            "\nBEGIN\n    IF p_chunk_count > 1000 THEN\n        outcome := 'THROTTLED';\n        RETURN;\n    END IF;\n",
+            1,
+        );
+    assert_ne!(changed, ours);
+    sqlx::raw_sql("ALTER TYPE nifi_ops.report_chunk_outcome ADD VALUE 'THROTTLED'")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(changed))
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO nifi_ops.server_function (function_name, sha256, schema_version, written_by) \
+         VALUES ($1, 'next', $2, 'load-control next') \
+         ON CONFLICT (function_name) DO UPDATE SET sha256 = 'next', schema_version = $2, \
+            written_by = 'load-control next'",
+    )
+    .bind(name)
+    .bind(SCHEMA_VERSION + 1)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+    set_version(conn, SCHEMA_VERSION + 1).await;
+}
+
+#[tokio::test]
+async fn this_release_answers_nifi_on_the_next_releases_functions() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    next_release_reports_chunks_as(&mut conn, "report_chunk_v3").await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    assert_eq!(ledger.check_schema().await.unwrap(), SCHEMA_VERSION + 1);
+    // A report the next release would throttle is answered as this release answers it.
+    let created = testkit::extracting_run(&ledger, "next-release", &[10]).await;
+    let run = created.run_id;
+    let token = uuid::Uuid::new_v4();
+    testkit::claim_all(&ledger, run, &["0000"], token).await;
+    let many = testkit::chunk_report(token, &created.hdfs_run_path, "0000", 0, 2000, 10);
+    let progress = ledger.report_chunk(run, "0000", &many).await.unwrap();
+    assert_eq!(progress.result, ledger::ChunkResult::Progress);
+    assert_eq!(progress.received_chunks, 1);
+    let recorded_chunk: (String, i64) = sqlx::query_as(
+        "SELECT p.status, (SELECT count(*) FROM nifi_ops.load_file f \
+                            WHERE f.run_id = p.run_id AND f.partition_id = p.partition_id) \
+           FROM nifi_ops.load_partition p WHERE p.run_id = $1 AND p.partition_id = '0000'",
+    )
+    .bind(run)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(recorded_chunk, ("RUNNING".to_string(), 1));
+    // A clean run completes and starts validation.
+    let clean = testkit::extracting_run(&ledger, "next-release-clean", &[10]).await;
+    testkit::claim_all(&ledger, clean.run_id, &["0000"], token).await;
+    let done = ledger
+        .report_chunk(
+            clean.run_id,
+            "0000",
+            &testkit::chunk_report(token, &clean.hdfs_run_path, "0000", 0, 1, 10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(done.result, ledger::ChunkResult::RunComplete);
+    let dispatch: uuid::Uuid = sqlx::query_scalar(
+        "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'",
+    )
+    .bind(clean.run_id)
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    let started = ledger
+        .start_validation(clean.run_id, dispatch, "nifi-02")
+        .await
+        .unwrap();
+    assert!(started.started);
+    // And this release's migrate (a rollback's hook) leaves the next release's function be.
+    assert_eq!(run_migrations(&db.url).await.unwrap(), SCHEMA_VERSION + 1);
+    assert_eq!(
+        recorded(&mut conn, "report_chunk_v3").await.unwrap().0,
+        "next"
+    );
+    assert_eq!(bodies(&mut conn, "report_chunk_v3").await.len(), 1);
+}
+
+/// Why the rule holds: a next release that replaced this release's function in place would have
+/// this release's pods answer NiFi with an error (the outcome it does not know), not a silent wrong
+/// answer. `a_released_function_file_is_never_edited` keeps it from happening.
+#[tokio::test]
+async fn a_function_replaced_in_place_under_this_release_fails_loudly() {
+    let db = TestDb::fresh().await;
+    let mut conn = db.conn().await;
+    next_release_reports_chunks_as(&mut conn, "report_chunk_v2").await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let created = testkit::extracting_run(&ledger, "replaced-in-place", &[10]).await;
+    let token = uuid::Uuid::new_v4();
+    testkit::claim_all(&ledger, created.run_id, &["0000"], token).await;
+    let many = testkit::chunk_report(token, &created.hdfs_run_path, "0000", 0, 2000, 10);
+    let err = ledger
+        .report_chunk(created.run_id, "0000", &many)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("THROTTLED") && err.contains("does not know"),
+        "{err}"
+    );
+}

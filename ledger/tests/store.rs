@@ -33,7 +33,15 @@ async fn migrations_are_safe_twice_and_from_four_processes_at_once() {
     .fetch_one(&mut conn)
     .await
     .unwrap();
-    assert_eq!(tables, 11);
+    assert_eq!(tables, 12);
+    let (functions,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.server_function")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(
+        functions as usize,
+        ledger::functions::SERVER_FUNCTIONS.len()
+    );
     let (applied,): (i64,) = sqlx::query_as("SELECT count(*) FROM _sqlx_migrations")
         .fetch_one(&mut conn)
         .await

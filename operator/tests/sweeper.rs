@@ -751,7 +751,7 @@ async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
             .claim_partition(run, "0001", uuid::Uuid::new_v4(), "nifi-02")
             .await
     });
-    // Wait until the claim (one statement, `nifi_ops.claim_partition`) is blocked by the holder,
+    // Wait until the claim (one statement, `nifi_ops.claim_partition_v2`) is blocked by the holder,
     // whose only lock is the dispatch row's.
     await_waiting(
         &env,

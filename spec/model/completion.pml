@@ -8,7 +8,7 @@
  * serialized transactions would. docs/model.md explains it; scripts/model-check runs it.
  *
  * A partition success (a chunk report whose gate passes: the server-side function
- * `nifi_ops.report_chunk`, migration 20261204000015, one statement on the wire; every step below
+ * `nifi_ops.report_chunk_v2` (ledger/functions/report_chunk_v2.sql), one statement on the wire; every step below
  * is a statement of its own inside it, or inside the functions it calls, each with a snapshot of
  * its own):
  *   1. takes the run's shared advisory lock and the run row FOR KEY SHARE (every run-ending

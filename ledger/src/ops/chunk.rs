@@ -7,6 +7,7 @@ use super::claim::parse_run_status;
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
+use crate::functions::ReportChunkOutcome;
 use crate::run_lock::run_lock_key;
 use crate::status::{PartitionStatus, RunStatus};
 use crate::store::Ledger;
@@ -62,16 +63,14 @@ impl ChunkResult {
     }
 }
 
-/// What `nifi_ops.report_chunk` answers (migration `20261204000015`): the whole report, §4.7
-/// steps 2–9 and the completion, decided in the one statement.
+/// What `nifi_ops.report_chunk_v2` answers (ledger/functions/report_chunk_v2.sql): the whole
+/// report, §4.7 steps 2–9 and the completion, decided in the one statement.
 #[derive(sqlx::FromRow)]
 struct ReportedChunk {
-    /// RUN_NOT_FOUND, PARTITION_NOT_FOUND, CLAIM_MISMATCH, HDFS_PATH_OUTSIDE_RUN, CONFLICT,
-    /// RECORDED, ESCALATE, MISMATCH, PARTITION_SUCCESS or RUN_COMPLETE.
-    outcome: String,
+    outcome: ReportChunkOutcome,
     partition_status: Option<String>,
     /// The run's status read after the run and partition locks were granted (what the report
-    /// decides on and answers; `nifi_ops.claim_partition` says why), or as the decision left it.
+    /// decides on and answers; `nifi_ops.claim_partition_v2` says why), or as the decision left it.
     run_status: Option<String>,
     files: Option<i64>,
     /// The gate's mismatch (MISMATCH).
@@ -106,7 +105,7 @@ enum Holding {
     Exclusive,
 }
 
-/// SQLSTATE of `nifi_ops.report_chunk` when the run left EXTRACTING under its shared lock: the
+/// SQLSTATE of `nifi_ops.report_chunk_v2` when the run left EXTRACTING under its shared lock: the
 /// statement undid everything, decide under the exclusive lock.
 const LEFT_EXTRACTING: &str = "LC001";
 
@@ -120,8 +119,8 @@ async fn call_report_chunk(
 ) -> Result<ReportedChunk> {
     let (k1, k2) = run_lock_key(run_id);
     let rec: ReportedChunk = sqlx::query_as(
-        "SELECT outcome, partition_status, run_status, files, gate_message, lock_wait_seconds \
-           FROM nifi_ops.report_chunk($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
+        "SELECT outcome::text AS outcome, partition_status, run_status, files, gate_message, lock_wait_seconds \
+           FROM nifi_ops.report_chunk_v2($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)",
     )
     .bind(run_id)
     .bind(pid)
@@ -152,17 +151,17 @@ async fn call_report_chunk(
 impl ReportedChunk {
     /// The refusals and the escalation as errors; what the report decided otherwise.
     fn decided(self) -> Result<ReportedChunk> {
-        match self.outcome.as_str() {
-            "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
-            "PARTITION_NOT_FOUND" => Err(LedgerError::PartitionNotFound),
-            "CLAIM_MISMATCH" => Err(LedgerError::ClaimMismatch),
-            "HDFS_PATH_OUTSIDE_RUN" => Err(LedgerError::HdfsPathOutsideRun),
-            "CONFLICT" => Err(LedgerError::ChunkConflict),
-            "ESCALATE" => Err(LedgerError::Escalate),
-            "RECORDED" | "MISMATCH" | "PARTITION_SUCCESS" | "RUN_COMPLETE" => Ok(self),
-            other => Err(LedgerError::Corrupt(format!(
-                "report_chunk outcome {other}"
-            ))),
+        match self.outcome {
+            ReportChunkOutcome::RunNotFound => Err(LedgerError::RunNotFound),
+            ReportChunkOutcome::PartitionNotFound => Err(LedgerError::PartitionNotFound),
+            ReportChunkOutcome::ClaimMismatch => Err(LedgerError::ClaimMismatch),
+            ReportChunkOutcome::HdfsPathOutsideRun => Err(LedgerError::HdfsPathOutsideRun),
+            ReportChunkOutcome::Conflict => Err(LedgerError::ChunkConflict),
+            ReportChunkOutcome::Escalate => Err(LedgerError::Escalate),
+            ReportChunkOutcome::Recorded
+            | ReportChunkOutcome::Mismatch
+            | ReportChunkOutcome::PartitionSuccess
+            | ReportChunkOutcome::RunComplete => Ok(self),
         }
     }
 
@@ -174,9 +173,9 @@ impl ReportedChunk {
         let partition_status = PartitionStatus::parse(part)
             .ok_or_else(|| LedgerError::Corrupt(format!("partition status {part}")))?;
         let run_status = parse_run_status(self.run_status.as_deref().ok_or_else(corrupt)?)?;
-        let result = match self.outcome.as_str() {
-            "PARTITION_SUCCESS" => ChunkResult::PartitionSuccess,
-            "RUN_COMPLETE" => ChunkResult::RunComplete,
+        let result = match self.outcome {
+            ReportChunkOutcome::PartitionSuccess => ChunkResult::PartitionSuccess,
+            ReportChunkOutcome::RunComplete => ChunkResult::RunComplete,
             _ if run_status == RunStatus::Extracting
                 && partition_status == PartitionStatus::Running =>
             {
@@ -217,7 +216,7 @@ impl Ledger {
         }
     }
 
-    /// The report in one round trip (`nifi_ops.report_chunk` on its own is one statement, hence
+    /// The report in one round trip (`nifi_ops.report_chunk_v2` on its own is one statement, hence
     /// one transaction), whatever it decides, but a gate mismatch: that fails the run, which only
     /// the run's exclusive lock may (`Escalate`, nothing written).
     ///
@@ -243,7 +242,7 @@ impl Ledger {
         ))?;
         // One observation per report, refused ones included: a report that escalates is
         // observed by its transaction's run lock.
-        if rec.outcome != "ESCALATE"
+        if rec.outcome != ReportChunkOutcome::Escalate
             && let Some(o) = &self.lock_wait
         {
             o.observe(rec.lock_wait_seconds);
@@ -270,7 +269,7 @@ impl Ledger {
         let rec = call_report_chunk(conn, run_id, pid, r, Holding::Exclusive, &ids)
             .await?
             .decided()?;
-        if rec.outcome != "MISMATCH" {
+        if rec.outcome != ReportChunkOutcome::Mismatch {
             return rec.answer(r);
         }
         let text = rec

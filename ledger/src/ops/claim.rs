@@ -1,7 +1,8 @@
 //! `POST /v1/runs/{run_id}/partitions/{partition_id}/claim` (CONTRACT §4.6): the partition row
 //! lock decides ownership; the run row is only held FOR KEY SHARE. The claim is one server-side
-//! function, `nifi_ops.claim_partition` (migration 20261204000013), run on its own: one round trip.
+//! function, `nifi_ops.claim_partition_v2` (ledger/functions/), run on its own: one round trip.
 use crate::error::{LedgerError, Result};
+use crate::functions::ClaimPartitionOutcome;
 use crate::run_lock::run_lock_key;
 use crate::status::{PartitionStatus, RunStatus};
 use crate::store::Ledger;
@@ -23,15 +24,14 @@ pub(crate) fn parse_run_status(s: &str) -> Result<RunStatus> {
     RunStatus::parse(s).ok_or_else(|| LedgerError::Corrupt(format!("run status {s}")))
 }
 
-/// `nifi_ops.claim_partition` on its own (one statement, one transaction, one round trip).
-const CLAIM_PARTITION: &str = "SELECT outcome, claimed, run_status, partition_status, attempt, lock_wait_seconds \
-     FROM nifi_ops.claim_partition($1, $2, $3, $4, $5, $6, $7)";
+/// `nifi_ops.claim_partition_v2` on its own (one statement, one transaction, one round trip).
+const CLAIM_PARTITION: &str = "SELECT outcome::text AS outcome, claimed, run_status, partition_status, attempt, lock_wait_seconds \
+     FROM nifi_ops.claim_partition_v2($1, $2, $3, $4, $5, $6, $7)";
 
-/// What `nifi_ops.claim_partition` answers.
+/// What `nifi_ops.claim_partition_v2` answers (ledger/functions/claim_partition_v2.sql).
 #[derive(sqlx::FromRow)]
 struct Claimed {
-    /// RUN_NOT_FOUND, PARTITION_NOT_FOUND or ANSWERED.
-    outcome: String,
+    outcome: ClaimPartitionOutcome,
     claimed: Option<bool>,
     /// The run's status as the claim's locks left it.
     run_status: Option<String>,
@@ -65,15 +65,10 @@ impl Ledger {
                 .await?;
             Result::Ok(claimed)
         })?;
-        match c.outcome.as_str() {
-            "ANSWERED" => {}
-            "RUN_NOT_FOUND" => return Err(LedgerError::RunNotFound),
-            "PARTITION_NOT_FOUND" => return Err(LedgerError::PartitionNotFound),
-            other => {
-                return Err(LedgerError::Corrupt(format!(
-                    "claim_partition outcome {other}"
-                )));
-            }
+        match c.outcome {
+            ClaimPartitionOutcome::Answered => {}
+            ClaimPartitionOutcome::RunNotFound => return Err(LedgerError::RunNotFound),
+            ClaimPartitionOutcome::PartitionNotFound => return Err(LedgerError::PartitionNotFound),
         }
         if let (Some(o), Some(waited)) = (&self.lock_wait, c.lock_wait_seconds) {
             o.observe(waited);

@@ -5,8 +5,8 @@ use crate::event::Event;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-/// `nifi_ops.complete_extraction` (migration 20261204000015), the CAS's one copy, which the
-/// deciding chunk report runs inside `nifi_ops.report_chunk`: the status, the VALIDATE_RUN outbox
+/// `nifi_ops.complete_extraction` (ledger/functions/), the CAS's one copy, which the
+/// deciding chunk report runs inside `nifi_ops.report_chunk_v2`: the status, the VALIDATE_RUN outbox
 /// row, the EXTRACT_VALIDATED event and both NOTIFYs (delivered at commit, only when it won).
 ///
 /// Must run while this transaction holds the run row's write lock (the manifest's FOR UPDATE), in

@@ -46,7 +46,7 @@ pub(crate) async fn transition(
             message(m),
         ),
     };
-    // `nifi_ops.transition` (migration 20261205000019), the CAS's one copy, which the validation
+    // `nifi_ops.transition` (ledger/functions/), the CAS's one copy, which the validation
     // start runs server-side too; what entering `to` does is read from `nifi_ops.run_transition`
     // (crate::machine), and a pair not in it is refused there (SQLSTATE LC002).
     let (changed, aborted): (bool, i64) = sqlx::query_as(

@@ -2,6 +2,7 @@
 use super::transition::{ErrorFields, transition_locked};
 use crate::error::{LedgerError, Result};
 use crate::event::{Event, Level};
+use crate::functions::StartValidationOutcome;
 use crate::json::ts;
 use crate::judge::{StoredMetric, count_value, judge_metrics};
 use crate::run_lock::run_lock_key;
@@ -354,9 +355,9 @@ async fn call_start_validation(
 ) -> Result<StartRow> {
     let (k1, k2) = run_lock_key(run_id);
     let row = sqlx::query_as(
-        "SELECT outcome, run_status, job_key, business_key, snapshot_scn, hdfs_run_path, \
-                stage_table_name, source_count, extracted_count, source_metrics \
-           FROM nifi_ops.start_validation($1, $2, $3, $4, $5, $6)",
+        "SELECT outcome::text AS outcome, run_status, job_key, business_key, snapshot_scn, \
+                hdfs_run_path, stage_table_name, source_count, extracted_count, source_metrics \
+           FROM nifi_ops.start_validation_v2($1, $2, $3, $4, $5, $6)",
     )
     .bind(run_id)
     .bind(dispatch_id)
@@ -369,11 +370,10 @@ async fn call_start_validation(
     Ok(row)
 }
 
-/// What `nifi_ops.start_validation` answers (migration 20261204000016).
+/// What `nifi_ops.start_validation_v2` answers (ledger/functions/start_validation_v2.sql).
 #[derive(sqlx::FromRow)]
 struct StartRow {
-    /// RUN_NOT_FOUND, DISPATCH_MISMATCH, REFUSED or STARTED.
-    outcome: String,
+    outcome: StartValidationOutcome,
     run_status: Option<String>,
     job_key: Option<String>,
     business_key: Option<String>,
@@ -394,10 +394,10 @@ impl StartRow {
                 .ok_or_else(|| LedgerError::Corrupt("start without a run status".into()))?;
             RunStatus::parse(s).ok_or_else(|| LedgerError::Corrupt(format!("run status {s}")))
         };
-        match self.outcome.as_str() {
-            "RUN_NOT_FOUND" => Err(LedgerError::RunNotFound),
-            "DISPATCH_MISMATCH" => Err(LedgerError::DispatchMismatch),
-            "REFUSED" => Ok(StartOutcome {
+        match self.outcome {
+            StartValidationOutcome::RunNotFound => Err(LedgerError::RunNotFound),
+            StartValidationOutcome::DispatchMismatch => Err(LedgerError::DispatchMismatch),
+            StartValidationOutcome::Refused => Ok(StartOutcome {
                 started: false,
                 run_status: status()?,
                 job_key: None,
@@ -409,7 +409,7 @@ impl StartRow {
                 extracted_count: None,
                 source_metrics: Map::new(),
             }),
-            "STARTED" => Ok(StartOutcome {
+            StartValidationOutcome::Started => Ok(StartOutcome {
                 started: true,
                 run_status: status()?,
                 job_key: self.job_key,
@@ -421,9 +421,6 @@ impl StartRow {
                 extracted_count: self.extracted_count,
                 source_metrics: self.source_metrics.map(|m| m.0).unwrap_or_default(),
             }),
-            other => Err(LedgerError::Corrupt(format!(
-                "start_validation outcome {other}"
-            ))),
         }
     }
 }

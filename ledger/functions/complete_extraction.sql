@@ -1,0 +1,41 @@
+-- nifi_ops.complete_extraction: The completion (§4.8): the last partition success moves the run EXTRACTING ->
+-- EXTRACTED_VALIDATED with one VALIDATE_RUN dispatch and EXTRACT_VALIDATED; true when it did.
+--
+-- The current definition, applied by `migrate` when its hash changes (docs/architecture.md,
+-- "Server-side functions"). Released: never edited; a new behaviour is a new name.
+CREATE OR REPLACE FUNCTION nifi_ops.complete_extraction(
+    p_run_id uuid,
+    p_dispatch_id uuid,
+    p_event_id uuid)
+    RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    v_job_key text;
+    v_business_key text;
+    v_source_count bigint;
+BEGIN
+    UPDATE nifi_ops.load_run r
+       SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows,
+           extract_completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+           version_no = r.version_no + 1
+      FROM (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
+                   COALESCE(sum(actual_row_count), 0) AS rows
+              FROM nifi_ops.load_partition WHERE run_id = p_run_id) p
+     WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
+       AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count
+       AND p.rows = r.source_count
+    RETURNING r.job_key, r.business_key, r.source_count INTO v_job_key, v_business_key, v_source_count;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row, the mirror the status.
+    PERFORM pg_notify('load_dispatch', p_run_id::text), pg_notify('load_run', p_run_id::text);
+    INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type)
+    VALUES (p_dispatch_id, p_run_id, 'VALIDATE_RUN')
+    ON CONFLICT (run_id) WHERE dispatch_type = 'VALIDATE_RUN' DO NOTHING;
+    INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key,
+                                     process_group, processor_name, row_count, details)
+    VALUES (p_event_id, 'INFO', 'EXTRACT_VALIDATED', p_run_id, v_job_key, v_business_key,
+            'LOAD_CONTROL_API', 'extract_validated', v_source_count, '{}'::jsonb);
+    RETURN true;
+END
+$$;
