@@ -3,7 +3,12 @@
 //! witness that tells whether a COMMIT cut off by a lost connection happened all the same.
 use crate::connections::{DatabaseFault, connection_lost};
 use crate::store::Ledger;
+use std::time::Duration;
 use uuid::Uuid;
+
+/// How long the confirmation of a lost COMMIT waits for the synchronous standbys to have it
+/// ([`Ledger::durable_here`]); NiFi's call waits that long at most, then is answered 503.
+pub(crate) const DURABLE_WAIT: Duration = Duration::from_secs(10);
 
 /// Runs `$body` (an expression using `$conn: &mut PgConnection`) in one READ COMMITTED transaction:
 /// commit on `Ok`, roll back on `Err`, and re-run the whole body on a deadlock or serialization
@@ -70,6 +75,7 @@ macro_rules! alone {
     ($ledger:expr, |$conn:ident| $body:expr) => {{
         let ledger: &$crate::store::Ledger = $ledger;
         let mut attempt: u32 = 0;
+        let mut lost: Option<$crate::error::LedgerError> = None;
         loop {
             if attempt == 0
                 && let Err(e) = ledger.admit_write().await
@@ -84,11 +90,24 @@ macro_rules! alone {
             }
             .await;
             let e = match outcome {
-                Ok(value) => break Ok(value),
+                // The repeat after a lost connection found what the lost attempt wrote, which may
+                // have committed on the primary only: answered once the standbys have it. (Every
+                // repeat today takes row locks, which are WAL-logged, so its own commit waits for
+                // the standbys already: tried with a validation start, whose repeat then waited
+                // for the stopped standby. This holds for a repeat that locks nothing.)
+                Ok(value) => match lost.take() {
+                    Some(e) if !ledger.durable_here().await => break Err(e),
+                    _ => break Ok(value),
+                },
                 Err(e) => e,
             };
             if !ledger.again_after(&e, attempt, true).await {
                 break Err(e);
+            }
+            if let $crate::error::LedgerError::Database(db) = &e
+                && $crate::connections::connection_lost(db)
+            {
+                lost = Some(e);
             }
         }
     }};
@@ -123,8 +142,15 @@ impl Ledger {
             .fetch_one(&self.pool)
             .await;
             if let Ok(true) = seen {
+                if !self.durable_here().await {
+                    tracing::warn!(event = "commit_not_durable", error = %e, %event_id,
+                        "the connection was lost during COMMIT; the transaction's event is on the primary, but the \
+                         synchronous standbys did not confirm it within {DURABLE_WAIT:?}: answered as failed \
+                         (a failover now would lose it)");
+                    return false;
+                }
                 tracing::warn!(event = "commit_confirmed", error = %e, %event_id, looks = look,
-                    "the connection was lost during COMMIT; the transaction's event is there, so it committed");
+                    "the connection was lost during COMMIT; the transaction's event is there, and durable, so it committed");
                 return true;
             }
             if look < LOOKS {
@@ -134,5 +160,51 @@ impl Ledger {
         tracing::warn!(event = "commit_unknown", error = %e, %event_id,
             "the connection was lost during COMMIT and the transaction's event was not found: answered as failed");
         false
+    }
+
+    /// Whether what this server shows would survive a failover: on a standby (the address moved
+    /// to one), it has replayed it; on a primary, a commit of its own, which waits for the
+    /// synchronous standbys as every commit does (`synchronous_commit = on`) and so for all WAL
+    /// before it, the lost COMMIT included, returns within [`DURABLE_WAIT`]. Without synchronous
+    /// standbys that commit waits for nothing. A commit still waiting after the bound leaves its
+    /// connection out of the pool (it would hold a slot until the standby returns).
+    pub(crate) async fn durable_here(&self) -> bool {
+        let barrier = async {
+            let mut conn = self.pool.acquire().await?.detach();
+            let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
+                .fetch_one(&mut conn)
+                .await?;
+            if !standby {
+                let mut tx = sqlx::Connection::begin(&mut conn).await?;
+                // A statement timeout would cancel the wait and let the COMMIT succeed
+                // without the standbys (PostgreSQL only warns).
+                sqlx::query("SET LOCAL statement_timeout = 0")
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query("SET LOCAL synchronous_commit = on")
+                    .execute(&mut *tx)
+                    .await?;
+                // A WAL record of its own (a transaction that only took an xid commits without
+                // waiting for the standbys): a logical decoding message, which needs no table or
+                // privilege and which a change-data-capture consumer sees under this prefix.
+                sqlx::query(
+                    "SELECT pg_logical_emit_message(true, 'load-control', 'durability barrier')",
+                )
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+            }
+            sqlx::Connection::close(conn).await?;
+            Ok::<(), sqlx::Error>(())
+        };
+        match tokio::time::timeout(DURABLE_WAIT, barrier).await {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                tracing::warn!(event = "durability_unknown", error = %e,
+                    "could not confirm that the synchronous standbys have the lost COMMIT");
+                false
+            }
+            Err(_) => false,
+        }
     }
 }

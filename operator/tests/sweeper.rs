@@ -756,7 +756,7 @@ async fn a_claim_waiting_for_its_reissue_ack_does_not_hold_the_run_row() {
     await_waiting(
         &env,
         &format!(
-            "wait_event_type = 'Lock' AND query LIKE '%nifi_ops.claim_partition(%' \
+            "wait_event_type = 'Lock' AND query LIKE '%nifi_ops.claim_partition_v2(%' \
              AND pg_blocking_pids(pid) = ARRAY[{holder_pid}]"
         ),
     )

@@ -302,7 +302,7 @@ impl ReplicatedPg {
 
     /// Promotes the standby and moves the address to it; the promoted primary does not wait for
     /// a synchronous standby until one has rejoined.
-    async fn promote_standby(&mut self) -> anyhow::Result<()> {
+    pub async fn promote_standby(&mut self) -> anyhow::Result<()> {
         let standby = 1 - self.primary;
         as_owner(
             "pg_ctl",

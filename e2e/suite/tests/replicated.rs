@@ -451,3 +451,125 @@ async fn asynchronous_failover_is_measured() {
         "the measurement saw the load: {line}"
     );
 }
+
+/// The ledger straight on a synchronous pair (no api-server): `decision` runs while the standby
+/// is stopped, and its COMMIT loses its answer while it waits for the standby (the waiting backend
+/// terminated: PostgreSQL keeps the commit locally). `standby_back`: the standby starts again right
+/// after. Returns the decision's answer.
+async fn with_its_commit_cut<T: Send + 'static>(
+    pair: &ReplicatedPg,
+    standby_back: bool,
+    decision: impl std::future::Future<Output = T> + Send + 'static,
+) -> T {
+    pair.standby().stop().unwrap();
+    let decision = tokio::spawn(decision);
+    let mut admin = sqlx::PgConnection::connect(&pair.primary().admin_url)
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let waiting: i32 = loop {
+        let pid: Option<i32> = sqlx::query_scalar(
+            "SELECT pid FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND datname = $1",
+        )
+        .bind(&pair.db)
+        .fetch_optional(&mut admin)
+        .await
+        .unwrap();
+        if let Some(pid) = pid {
+            break pid;
+        }
+        assert!(Instant::now() < deadline, "no COMMIT waits for the standby");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    sqlx::query("SELECT pg_terminate_backend($1)")
+        .bind(waiting)
+        .execute(&mut admin)
+        .await
+        .unwrap();
+    if standby_back {
+        pair.standby().start_again().unwrap();
+    }
+    decision.await.unwrap()
+}
+
+/// An operator's cancel of `run` (one transaction, confirmed by its event when its COMMIT is cut).
+fn cancel(
+    ledger: &ledger::Ledger,
+    run: uuid::Uuid,
+) -> impl std::future::Future<Output = Result<ledger::CancelOutcome, ledger::LedgerError>> + use<> {
+    let ledger = ledger.clone();
+    async move {
+        let actor = ledger::Actor {
+            name: "on-call".into(),
+            role: "operator".into(),
+        };
+        ledger.cancel_run(run, "lost COMMIT", &actor, None).await
+    }
+}
+
+/// The primary dies before the standby had what it committed; the standby starts and is
+/// promoted.
+async fn fail_over_to_the_stopped_standby(pair: &mut ReplicatedPg) {
+    pair.primary().kill().unwrap();
+    pair.standby().start_again().unwrap();
+    pair.promote_standby().await.unwrap();
+}
+
+async fn run_status(pair: &ReplicatedPg, run: uuid::Uuid) -> String {
+    let mut conn = sqlx::PgConnection::connect(&pair.url()).await.unwrap();
+    sqlx::query_scalar("SELECT status FROM nifi_ops.load_run WHERE run_id = $1")
+        .bind(run)
+        .fetch_one(&mut conn)
+        .await
+        .unwrap()
+}
+
+async fn ledger_on(pair: &ReplicatedPg) -> (ledger::Ledger, uuid::Uuid) {
+    ledger::migrate::run_migrations(&pair.url()).await.unwrap();
+    let ledger = ledger::Ledger::connect(&pair.url(), 2, 0, ledger::LedgerConfig::default())
+        .await
+        .unwrap();
+    let run = ledger
+        .create_run(&testkit::new_run("lost-commit"))
+        .await
+        .unwrap()
+        .run_id;
+    (ledger, run)
+}
+
+/// Issue 40 item 4: a lost COMMIT is confirmed only once the synchronous standby has it, so a
+/// failover right after the confirmation keeps the decision.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_confirmed_lost_commit_survives_a_failover() {
+    let _one = ONE_CASE.lock().await;
+    let mut pair = ReplicatedPg::start("durable", true).await.unwrap();
+    let (ledger, run) = ledger_on(&pair).await;
+    let answered = with_its_commit_cut(&pair, true, cancel(&ledger, run)).await;
+    let cancelled = answered.expect("confirmed once the standby streams again");
+    assert!(cancelled.changed);
+    pair.failover().await.unwrap();
+    assert_eq!(run_status(&pair, run).await, "CANCELLED");
+}
+
+/// Issue 40 item 4: a lost COMMIT that only the primary has is answered as failed (NiFi: 503), so
+/// the primary's death right after loses nothing the caller was told happened. Before the change
+/// the witness found the decision on the primary and confirmed it; the new primary did not have
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_commit_only_the_primary_has_is_not_confirmed() {
+    let _one = ONE_CASE.lock().await;
+    let mut pair = ReplicatedPg::start("notdurable", true).await.unwrap();
+    let (ledger, run) = ledger_on(&pair).await;
+    let answered = with_its_commit_cut(&pair, false, cancel(&ledger, run)).await;
+    fail_over_to_the_stopped_standby(&mut pair).await;
+    assert_eq!(
+        run_status(&pair, run).await,
+        "CREATED",
+        "the cancel committed on the old primary only"
+    );
+    let e = answered.expect_err("a decision the new primary lacks was confirmed to the caller");
+    assert!(
+        matches!(e, ledger::LedgerError::Database(_)),
+        "answered as the database's failure (503): {e:?}"
+    );
+}
