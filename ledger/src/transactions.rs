@@ -75,7 +75,6 @@ macro_rules! alone {
     ($ledger:expr, |$conn:ident| $body:expr) => {{
         let ledger: &$crate::store::Ledger = $ledger;
         let mut attempt: u32 = 0;
-        let mut lost: Option<$crate::error::LedgerError> = None;
         loop {
             if attempt == 0
                 && let Err(e) = ledger.admit_write().await
@@ -90,24 +89,16 @@ macro_rules! alone {
             }
             .await;
             let e = match outcome {
-                // The repeat after a lost connection found what the lost attempt wrote, which may
-                // have committed on the primary only: answered once the standbys have it. (Every
-                // repeat today takes row locks, which are WAL-logged, so its own commit waits for
-                // the standbys already: tried with a validation start, whose repeat then waited
-                // for the stopped standby. This holds for a repeat that locks nothing.)
-                Ok(value) => match lost.take() {
-                    Some(e) if !ledger.durable_here().await => break Err(e),
-                    _ => break Ok(value),
-                },
+                // A repeat after a lost connection may find what the lost attempt committed on
+                // the primary only; it is answered after its own commit, which waits for the
+                // synchronous standbys as the witness's does: every repeat takes the run's row
+                // locks, which are WAL-logged (seen with a validation start whose repeat waited for
+                // a stopped standby).
+                Ok(value) => break Ok(value),
                 Err(e) => e,
             };
             if !ledger.again_after(&e, attempt, true).await {
                 break Err(e);
-            }
-            if let $crate::error::LedgerError::Database(db) = &e
-                && $crate::connections::connection_lost(db)
-            {
-                lost = Some(e);
             }
         }
     }};
