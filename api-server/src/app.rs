@@ -242,10 +242,29 @@ fn finish(mut res: Response, request_id: &str) -> (Response, Option<&'static str
     (res, code)
 }
 
-pub fn router(state: AppState) -> Router {
+/// The kubelet's probes: on the API's port, and alone on `server.health_port`.
+fn probe_routes() -> Router<AppState> {
     Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+}
+
+/// `routes` with the API's error rendering, access log and request ids.
+fn with_frame(routes: Router<AppState>, state: AppState) -> Router {
+    routes
+        .fallback(|| async { ApiError::not_found() })
+        .layer(middleware::from_fn_with_state(state.clone(), frame))
+        .layer(middleware::from_fn(crate::keep_alive::close_if_body_unread))
+        .with_state(state)
+}
+
+/// What `server.health_port` serves: the probes, nothing else (404).
+pub fn health_router(state: AppState) -> Router {
+    with_frame(probe_routes(), state)
+}
+
+pub fn router(state: AppState) -> Router {
+    let routes = probe_routes()
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi_json))
         .route("/v1/runs", post(create_run).get(list_runs))
@@ -285,11 +304,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cleanup/candidates", get(cleanup_candidates))
         .route("/v1/runs/{run_id}/cleanup", post(record_cleanup))
         .route("/v1/monitor/summary", get(monitor_summary))
-        .route("/v1/runs/{run_id}/events", get(run_events))
-        .fallback(|| async { ApiError::not_found() })
-        .layer(middleware::from_fn_with_state(state.clone(), frame))
-        .layer(middleware::from_fn(crate::keep_alive::close_if_body_unread))
-        .with_state(state)
+        .route("/v1/runs/{run_id}/events", get(run_events));
+    with_frame(routes, state)
 }
 
 /// The router behind path normalisation (which must happen before routing).

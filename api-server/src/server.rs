@@ -110,6 +110,27 @@ pub async fn serve(
         shutdown.await;
         let _ = stop_tx.send(true);
     });
+    // The probes alone, in plain HTTP, for a kubelet that cannot pass `port`'s client
+    // certificate check.
+    let health = match state.0.config.server.health_port {
+        Some(port) => {
+            let addr = format!("{}:{port}", state.0.config.server.host);
+            let listener = TcpListener::bind(&addr)
+                .await
+                .map_err(|e| anyhow::anyhow!("binding server.health_port {addr}: {e}"))?;
+            tracing::info!(event = "health_port_listening", %addr, "probes (/healthz, /readyz) in plain HTTP on {addr}");
+            let app = crate::app::health_router(state.clone());
+            Some(tokio::spawn(crate::edge::serve(
+                listener,
+                app,
+                limits,
+                stats.clone(),
+                stop_rx.clone(),
+                grace,
+            )))
+        }
+        None => None,
+    };
     let app = service(state);
     match tls {
         Some(tls) => {
@@ -122,6 +143,9 @@ pub async fn serve(
             crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await
         }
         None => crate::edge::serve(listener, app, limits, stats, stop_rx, grace).await,
+    }
+    if let Some(health) = health {
+        let _ = health.await;
     }
     drop(watches);
     Ok(())

@@ -36,6 +36,14 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// Serves over TLS with `tune` applied; the `https://127.0.0.1:<port>` base.
 async fn serve_tls(tune: impl FnOnce(&mut Config)) -> (String, TestDb) {
+    serve_tls_as(tune, None).await
+}
+
+/// [`serve_tls`] as the api-server of `installation` (`LC_INSTALLATION`), when given.
+async fn serve_tls_as(
+    tune: impl FnOnce(&mut Config),
+    installation: Option<&str>,
+) -> (String, TestDb) {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let db = TestDb::fresh().await;
     let mut config = Config::default();
@@ -48,7 +56,10 @@ async fn serve_tls(tune: impl FnOnce(&mut Config)) -> (String, TestDb) {
     }];
     tune(&mut config);
     config.validate().expect("valid");
-    let ledger = server::connect_ledger(&config).await.unwrap();
+    let mut ledger = server::connect_ledger(&config).await.unwrap();
+    if let Some(installation) = installation {
+        ledger = ledger.with_installation(installation, std::time::Duration::from_secs(3600));
+    }
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!(
         "https://127.0.0.1:{}",
@@ -172,6 +183,80 @@ async fn a_required_client_certificate_must_come_from_the_configured_ca() {
         n, 1,
         "only the client with a valid certificate created a run"
     );
+}
+
+/// Issue 41 item 2: with client certificates required the kubelet (which has none) probes
+/// `server.health_port`, plain HTTP, where `/readyz` checks what it checks on the API's port: the
+/// database, the schema and the ledger's owner. A release refused the ledger is not ready there.
+/// Nothing but the probes is served on that port.
+#[tokio::test]
+async fn with_client_certificates_required_the_probes_answer_on_the_health_port() {
+    let dir = tempdir("tls-health");
+    let server_ca = ca("server-ca");
+    let client_ca = ca("nifi-client-ca");
+    let (cert, key) = leaf(
+        &server_ca,
+        &["127.0.0.1"],
+        ExtendedKeyUsagePurpose::ServerAuth,
+    );
+    let (certfile, keyfile) = (write(&dir, "c.pem", &cert), write(&dir, "k.pem", &key));
+    let cafile = write(&dir, "clients.pem", &client_ca.pem);
+    let health_port = testkit::free_port();
+    let (base, db) = serve_tls_as(
+        |c| {
+            c.server.ssl_certfile = Some(certfile);
+            c.server.ssl_keyfile = Some(keyfile);
+            c.server.ssl_ca_certs = Some(cafile);
+            c.server.ssl_client_cert_required = true;
+            c.server.health_port = Some(health_port as i64);
+        },
+        Some("lc/b-leader"),
+    )
+    .await;
+    let health = format!("http://127.0.0.1:{health_port}");
+    let plain = reqwest::Client::new();
+    let status = |path: &'static str| {
+        let (plain, health) = (plain.clone(), health.clone());
+        async move {
+            plain
+                .get(format!("{health}{path}"))
+                .bearer_auth(NIFI)
+                .send()
+                .await
+                .unwrap()
+                .status()
+                .as_u16()
+        }
+    };
+    // The server may still be binding: the first answer is awaited.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while plain.get(format!("{health}/healthz")).send().await.is_err() {
+        assert!(std::time::Instant::now() < deadline, "no health port");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status("/healthz").await, 200);
+    assert_eq!(status("/readyz").await, 200, "no owner yet: ready");
+    for other in ["/v1/runs", "/metrics", "/openapi.json"] {
+        assert_eq!(status(other).await, 404, "{other} on the health port");
+    }
+    // The API's own port still refuses a client without a certificate.
+    let refused = client(&server_ca.pem, None)
+        .get(format!("{base}/readyz"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    // Another release takes the ledger: this one's API is not ready any more.
+    let owner = db
+        .ledger(2, ledger::LedgerConfig::default())
+        .await
+        .with_installation("lc/a-leader", std::time::Duration::from_secs(3600));
+    owner.acquire_epoch("pod-a").await.unwrap();
+    assert_eq!(
+        status("/readyz").await,
+        503,
+        "refused the ledger: not ready"
+    );
+    assert_eq!(status("/healthz").await, 200, "alive all the same");
 }
 
 /// `server.max_connections` (4) handshakes stalled by clients that connect and send nothing: a

@@ -2826,6 +2826,69 @@ fn monitoring_presents_the_named_client_certificate_under_mtls() {
     assert_operator_scraped_once(&m, "lc");
 }
 
+/// Issue 41 item 2: with client certificates required the kubelet probes `/readyz` on the
+/// plain-HTTP health port, which the api-server opens from `server.health_port`; in the other
+/// modes the probes stay on the API's port and no health port is opened.
+#[test]
+fn under_mtls_the_probes_read_readyz_on_the_health_port() {
+    let api = |sets: &[&str]| {
+        let docs = monitoring_render("lc", sets).unwrap_or_else(|e| panic!("{e}"));
+        let deployment = docs.iter().find(|d| d["kind"] == "Deployment").unwrap();
+        deployment["spec"]["template"]["spec"]["containers"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "api-server")
+            .unwrap()
+            .clone()
+    };
+    let env = |c: &serde_yaml::Value, n: &str| {
+        c["env"]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .find(|e| e["name"] == n)
+            .map(|e| e["value"].as_str().unwrap().to_string())
+    };
+    let mtls = api(&[
+        "secrets.apiTls.existingSecret=lc-api-tls",
+        "secrets.apiTls.clientCaKey=client-ca.crt",
+        "secrets.apiTls.clientCertRequired=true",
+        "api.healthPort=9091",
+    ]);
+    assert_eq!(
+        env(&mtls, "LCA_SERVER__HEALTH_PORT").as_deref(),
+        Some("9091")
+    );
+    let health = mtls["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == "health")
+        .expect("a health port");
+    assert_eq!(health["containerPort"], 9091);
+    for (probe, path) in [("readinessProbe", "/readyz"), ("livenessProbe", "/healthz")] {
+        assert_eq!(mtls[probe]["httpGet"]["path"], path, "{probe}");
+        assert_eq!(mtls[probe]["httpGet"]["port"], "health", "{probe}");
+        assert!(
+            mtls[probe]["httpGet"]["scheme"].is_null(),
+            "{probe}: plain HTTP"
+        );
+    }
+    for sets in [
+        &[][..],
+        &["secrets.apiTls.existingSecret=lc-api-tls"][..],
+        &[
+            "secrets.apiTls.existingSecret=lc-api-tls",
+            "secrets.apiTls.clientCaKey=client-ca.crt",
+        ][..],
+    ] {
+        let c = api(sets);
+        assert_eq!(env(&c, "LCA_SERVER__HEALTH_PORT"), None, "{sets:?}");
+        assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http", "{sets:?}");
+    }
+}
+
 /// A mode that needs a value the user did not give refuses to render, naming the value, instead of
 /// a ServiceMonitor that can never scrape.
 #[test]

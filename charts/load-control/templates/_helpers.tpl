@@ -148,7 +148,7 @@ seccompProfile: {type: RuntimeDefault}
      so it fails the install instead. */}}
 {{- define "load-control.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
-{{- $owned := dict "server.port" "api.port" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" "database.password_file" "database.passwordKey" "database.runtime_role" "database.runtimeRole" -}}
+{{- $owned := dict "server.port" "api.port" "server.health_port" "api.healthPort" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" "database.password_file" "database.passwordKey" "database.runtime_role" "database.runtimeRole" -}}
 {{- if and .Values.secrets.signingSecret.existingSecret .Values.secrets.signingKeys.existingSecret -}}
 {{- fail "secrets.signingSecret and secrets.signingKeys must not both be set: signing keys replace the signing secret (make the current secret an entry of the keys' list, with an id)" -}}
 {{- end -}}

@@ -51,6 +51,11 @@ pub struct ServerConfig {
     /// The port the api-server listens on (1..65535).
     #[schemars(range(min = 1, max = 65535))]
     pub port: i64,
+    /// A second port, always plain HTTP, that answers `/healthz` and `/readyz` only (404 to
+    /// anything else), for the kubelet's probes when `ssl_client_cert_required` keeps them off
+    /// `port` (a probe has no client certificate). None: no second listener.
+    #[schemars(range(min = 1, max = 65535))]
+    pub health_port: Option<i64>,
     /// Accepted for compatibility, at least 1, and without effect: the api-server is one
     /// multi-threaded process per container; scale with replicas.
     #[schemars(range(min = 1))]
@@ -108,6 +113,7 @@ impl Default for ServerConfig {
         ServerConfig {
             host: "0.0.0.0".into(),
             port: 8080,
+            health_port: None,
             workers: 1,
             root_path: String::new(),
             proxy_headers: true,
@@ -151,6 +157,20 @@ impl ServerConfig {
                 "server.port",
                 format!("{} is outside 1..65535", s.port),
             ));
+        }
+        if let Some(p) = s.health_port {
+            if !(1..=65535).contains(&p) {
+                return Err(invalid(
+                    "server.health_port",
+                    format!("{p} is outside 1..65535"),
+                ));
+            }
+            if p == s.port {
+                return Err(invalid(
+                    "server.health_port",
+                    format!("{p} is server.port: the health port is a second listener"),
+                ));
+            }
         }
         if s.workers < 1 {
             return Err(invalid("server.workers", "must be at least 1"));
