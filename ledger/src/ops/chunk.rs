@@ -296,20 +296,14 @@ impl Ledger {
         pid: &str,
         text: &str,
     ) -> Result<()> {
-        sqlx::query(
-            "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = 'ROW_COUNT_MISMATCH', error_message = $3, \
-                completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
-              WHERE run_id = $1 AND partition_id = $2",
+        super::partition_fail::partition_failed(
+            conn,
+            run.run_id,
+            pid,
+            "ROW_COUNT_MISMATCH",
+            Some(text),
         )
-        .bind(run.run_id)
-        .bind(pid)
-        .bind(text)
-        .execute(&mut *conn)
         .await?;
-        sqlx::query("UPDATE nifi_ops.load_run SET failed_partition_count = failed_partition_count + 1 WHERE run_id = $1")
-            .bind(run.run_id)
-            .execute(&mut *conn)
-            .await?;
         Event::new(Level::Error, "PARTITION_FAILED")
             .run(run)
             .partition(pid)

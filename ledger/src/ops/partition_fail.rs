@@ -92,21 +92,14 @@ impl Ledger {
                     });
                 }
             }
-            sqlx::query(
-                "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = $3, error_message = $4, \
-                    completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
-                  WHERE run_id = $1 AND partition_id = $2",
+            partition_failed(
+                conn,
+                run_id,
+                pid,
+                &cut(&f.error_code, 100),
+                message(&f.message).as_deref(),
             )
-            .bind(run_id)
-            .bind(pid)
-            .bind(cut(&f.error_code, 100))
-            .bind(message(&f.message))
-            .execute(&mut *conn)
             .await?;
-            sqlx::query("UPDATE nifi_ops.load_run SET failed_partition_count = failed_partition_count + 1 WHERE run_id = $1")
-                .bind(run_id)
-                .execute(&mut *conn)
-                .await?;
             let stage = cut(&f.error_stage, 80);
             Event::new(Level::Error, "PARTITION_FAILED")
                 .run(&run)
@@ -149,4 +142,34 @@ impl Ledger {
             Ok(out)
         })
     }
+}
+
+/// A RUNNING partition's failure, under the run row's FOR UPDATE: the partition FAILED with its
+/// error and the run's failed count. The one writer of both, for a `/fail` and for the gate's
+/// mismatch (`ops::chunk`); what the failure does to the run is the caller's.
+pub(super) async fn partition_failed(
+    conn: &mut sqlx::PgConnection,
+    run_id: Uuid,
+    pid: &str,
+    code: &str,
+    message: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "UPDATE nifi_ops.load_partition SET status = 'FAILED', error_code = $3, error_message = $4, \
+            completed_at = clock_timestamp(), heartbeat_at = clock_timestamp() \
+          WHERE run_id = $1 AND partition_id = $2",
+    )
+    .bind(run_id)
+    .bind(pid)
+    .bind(code)
+    .bind(message)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query(
+        "UPDATE nifi_ops.load_run SET failed_partition_count = failed_partition_count + 1 WHERE run_id = $1",
+    )
+    .bind(run_id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
 }
