@@ -12,32 +12,23 @@ DECLARE
     v_job_key text;
     v_business_key text;
     v_source_count bigint;
-    v_changed boolean;
 BEGIN
-    -- The caller holds the run row (FOR NO KEY UPDATE or FOR UPDATE): what is read here stays.
-    SELECT r.job_key, r.business_key, r.source_count INTO v_job_key, v_business_key, v_source_count
-      FROM nifi_ops.load_run r,
-           (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
+    UPDATE nifi_ops.load_run r
+       SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows,
+           extract_completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
+           version_no = r.version_no + 1
+      FROM (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
                    COALESCE(sum(actual_row_count), 0) AS rows
               FROM nifi_ops.load_partition WHERE run_id = p_run_id) p
      WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
        AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count
-       AND p.rows = r.source_count;
+       AND p.rows = r.source_count
+    RETURNING r.job_key, r.business_key, r.source_count INTO v_job_key, v_business_key, v_source_count;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- Every partition succeeded with the source's rows: extracted_count is source_count.
-    UPDATE nifi_ops.load_run SET extracted_count = v_source_count, extract_completed_at = clock_timestamp()
-     WHERE run_id = p_run_id;
-    -- The status change, its heartbeat, version and NOTIFY, as every status change makes it
-    -- (tr_load_run_success_recount stores success_partition_count on leaving EXTRACTING).
-    SELECT t.changed INTO v_changed
-      FROM nifi_ops.transition(p_run_id, 'EXTRACTING', 'EXTRACTED_VALIDATED', 'keep', NULL, NULL, NULL) t;
-    IF NOT v_changed THEN
-        RAISE EXCEPTION 'run % left EXTRACTING under its row lock', p_run_id;
-    END IF;
-    -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row.
-    PERFORM pg_notify('load_dispatch', p_run_id::text);
+    -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row, the mirror the status.
+    PERFORM pg_notify('load_dispatch', p_run_id::text), pg_notify('load_run', p_run_id::text);
     INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type)
     VALUES (p_dispatch_id, p_run_id, 'VALIDATE_RUN')
     ON CONFLICT (run_id) WHERE dispatch_type = 'VALIDATE_RUN' DO NOTHING;

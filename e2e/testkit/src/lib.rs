@@ -69,7 +69,9 @@ fn new_database_name() -> String {
     name
 }
 
-/// Name of the template database for the current migration set, created on first use.
+/// Name of the template database for the current migrations and server-side functions, created
+/// on first use. Both are in its name: a function file edited (by hand or by scripts/sql-mutants)
+/// must not be tested against a template that has the old body.
 async fn template(admin: &str) -> String {
     TEMPLATE
         .get_or_init(|| async {
@@ -77,6 +79,11 @@ async fn template(admin: &str) -> String {
             for m in ledger::migrate::MIGRATOR.iter() {
                 for b in m.checksum.iter().chain(&m.version.to_be_bytes()) {
                     sum = (sum ^ *b as u64).wrapping_mul(0x100000001b3);
+                }
+            }
+            for f in ledger::functions::SERVER_FUNCTIONS {
+                for b in f.name.bytes().chain(f.sql.bytes()) {
+                    sum = (sum ^ b as u64).wrapping_mul(0x100000001b3);
                 }
             }
             let name = format!("lc_tpl_{sum:016x}");
