@@ -55,6 +55,13 @@ const WRITTEN_BY: &str = concat!("load-control ", env!("CARGO_PKG_VERSION"));
 /// it.
 pub(crate) async fn apply_server_functions(conn: &mut PgConnection) -> Result<usize> {
     let mut applied = 0;
+    // The role the migrations grant to when it exists (their history); `database.runtime_role`
+    // is granted the same by `grant_server_functions` after every migrate.
+    let api_role: bool = sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'load_control_api')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     for f in SERVER_FUNCTIONS {
         let mut tx = conn.begin().await?;
         let sha256: String =
@@ -93,13 +100,6 @@ pub(crate) async fn apply_server_functions(conn: &mut PgConnection) -> Result<us
             .execute(&mut *tx)
             .await?;
         }
-        // The role the migrations grant to when it exists (their history); `database.runtime_role`
-        // is granted the same by `grant_server_functions` after every migrate.
-        let api_role: bool = sqlx::query_scalar(
-            "SELECT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'load_control_api')",
-        )
-        .fetch_one(&mut *tx)
-        .await?;
         if api_role {
             grant_function(&mut tx, f.name, "load_control_api").await?;
         }
