@@ -49,7 +49,12 @@ VALUES
     ('EXTRACTING', 'CANCELLED', true, true, 'run cancelled'),
     ('EXTRACTED_VALIDATED', 'CANCELLED', true, true, 'run cancelled'),
     ('STAGE_VALIDATING', 'CANCELLED', true, true, 'run cancelled'),
-    ('STAGING_VALIDATED', 'CANCELLED', true, true, 'run cancelled');
+    ('STAGING_VALIDATED', 'CANCELLED', true, true, 'run cancelled'),
+    ('CREATED', 'PUBLISH_UNKNOWN', false, false, NULL),
+    ('EXTRACTING', 'PUBLISH_UNKNOWN', false, false, NULL),
+    ('EXTRACTED_VALIDATED', 'PUBLISH_UNKNOWN', false, false, NULL),
+    ('STAGE_VALIDATING', 'PUBLISH_UNKNOWN', false, false, NULL),
+    ('STAGING_VALIDATED', 'PUBLISH_UNKNOWN', false, false, NULL);
 
 CREATE FUNCTION nifi_ops.load_run_transition_allowed() RETURNS trigger
     LANGUAGE plpgsql AS $$

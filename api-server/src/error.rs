@@ -201,8 +201,13 @@ impl From<LedgerError> for ApiError {
                 ApiError::new(S::SERVICE_UNAVAILABLE, "DATABASE_UNAVAILABLE")
                     .with_message("database error, retry later")
             }
-            // Only a leader's epoch bump or claim refresh is refused so; never an API request.
-            e @ (L::Escalate | L::Corrupt(_) | L::Fenced { .. } | L::OwnedByOther(_)) => {
+            // Only a leader's epoch bump, claim refresh or clock is refused so; never an API
+            // request.
+            e @ (L::Escalate
+            | L::Corrupt(_)
+            | L::Fenced { .. }
+            | L::OwnedByOther(_)
+            | L::WentBack(_)) => {
                 tracing::error!(event = "internal_error", error = %e, "internal error");
                 ApiError::internal()
             }

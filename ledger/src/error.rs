@@ -60,6 +60,10 @@ pub enum LedgerError {
     /// This process's leadership epoch is no longer the current one: it wrote nothing (§7.1).
     #[error("fenced: epoch {ours} is not the current epoch {current:?}")]
     Fenced { ours: i64, current: Option<i64> },
+    /// The ledger holds an older past than this process saw (`crate::ops::continuity`): a restore
+    /// from backup or a failover that lost commits. Nothing was written.
+    #[error("{0}")]
+    WentBack(crate::continuity::WentBack),
     /// A chunk report's verdict ends the run: roll back and re-run under the run row's FOR UPDATE
     /// (§5.3 rule 6). Never leaves the ledger.
     #[error("escalate to an exclusive run lock")]

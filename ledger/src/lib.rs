@@ -5,6 +5,7 @@
 //! completion, the claim, the validation start, every status change): docs/architecture.md names
 //! the one place of each rule. Nothing here knows HTTP or Kubernetes.
 pub mod connections;
+mod continuity;
 pub mod decimal;
 pub mod dsn;
 pub mod error;
@@ -27,6 +28,7 @@ pub mod store;
 pub mod text;
 mod transactions;
 
+pub use continuity::WentBack;
 pub use decimal::Decimal38;
 pub use dsn::Dsn;
 pub use error::{LedgerError, LedgerResult};

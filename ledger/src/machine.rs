@@ -41,6 +41,14 @@ pub const RUN_TRANSITIONS: &[(RunStatus, RunStatus)] = &[
     (ExtractedValidated, Cancelled),
     (StageValidating, Cancelled),
     (StagingValidated, Cancelled),
+    // [v1-ext] the ledger went back (a restore from backup) to before a publish the LoadRun had
+    // shown: held for a person to decide (`Ledger::hold_after_restore`), never published again
+    // on its own. The statuses a cancel may leave, as anything before PUBLISHING may lead to one.
+    (Created, PublishUnknown),
+    (Extracting, PublishUnknown),
+    (ExtractedValidated, PublishUnknown),
+    (StageValidating, PublishUnknown),
+    (StagingValidated, PublishUnknown),
 ];
 
 /// What entering `to` does, the same from every `from` (§2.1–§2.2).

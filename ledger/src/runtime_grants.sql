@@ -5,7 +5,8 @@
 GRANT USAGE ON SCHEMA nifi_ops TO {role};
 GRANT SELECT, INSERT, UPDATE, DELETE ON nifi_ops.load_run, nifi_ops.load_partition, nifi_ops.load_file,
     nifi_ops.load_validation, nifi_ops.load_dispatch TO {role};
-GRANT SELECT, INSERT, UPDATE ON nifi_ops.load_job, nifi_ops.leader_epoch, nifi_ops.ledger_owner TO {role};
+GRANT SELECT, INSERT, UPDATE ON nifi_ops.load_job, nifi_ops.leader_epoch, nifi_ops.ledger_owner,
+    nifi_ops.ledger_clock TO {role};
 GRANT SELECT, INSERT, DELETE ON nifi_ops.load_event TO {role};
 GRANT SELECT ON nifi_ops.schema_version, nifi_ops.run_transition TO {role};
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA nifi_ops TO {role};

@@ -58,6 +58,8 @@ pub struct Ledger {
     pub(crate) schema: crate::schema::SchemaGate,
     /// The installation this process belongs to and the claim it last found (`ops::owner`).
     pub(crate) owner: crate::owner::OwnerGate,
+    /// The highest epoch and ledger clock this process has seen (`ops::continuity`).
+    pub(crate) continuity: std::sync::Arc<crate::continuity::Continuity>,
     /// How often the pool took a new password from `database.password_file`.
     pub(crate) password_reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
     /// The task that keeps the pool's password equal to the file's, ended with the last clone.
@@ -86,6 +88,7 @@ impl Ledger {
             retirement,
             schema: Default::default(),
             owner: Default::default(),
+            continuity: Default::default(),
             password_reloads: Default::default(),
             password_refresh: None,
         }

@@ -45,6 +45,15 @@ const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
     ),
     ("current_epoch", "read-only"),
     (
+        "advance_clock",
+        "writes the ledger clock only, never a run (ops::continuity: noticing a restore)",
+    ),
+    (
+        "run_went_back",
+        "a restore from backup replaces the ledger's past, which no protocol step does; its hold \
+         is a fenced CAS through nifi_ops.transition, as a cancel",
+    ),
+    (
         "store_metrics",
         "writes metric rows and the run heartbeat, never a status; the model's judgements \
          (stage_validated, succeed) pass, a failing judgement changes nothing",
@@ -94,6 +103,8 @@ const OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
 const EVENTS_OUTSIDE_THE_MODEL: &[(&str, &str)] = &[
     ("RUN_CLEANED", "record_cleanup"),
     ("RUN_STALE_ALERT", "sweep.stale_alert"),
+    ("RUN_HELD_AFTER_RESTORE", "run_went_back"),
+    ("RUN_WENT_BACK", "run_went_back"),
 ];
 
 /// A guard of the protocol: the model's mutant that removes it, the property that spin must see
@@ -363,7 +374,7 @@ const GUARDS: &[Guard] = &[
             ),
             Code::Migration(
                 "20261205000019_run_transition_table.sql",
-                "('STAGING_VALIDATED', 'CANCELLED', true, true, 'run cancelled'); CREATE FUNCTION",
+                "('STAGING_VALIDATED', 'CANCELLED', true, true, 'run cancelled'), ('CREATED', 'PUBLISH_UNKNOWN'",
             ),
         ],
     },

@@ -51,6 +51,9 @@ pub struct Context {
     pub lease: Duration,
     /// What the LoadRun mirror should look at next.
     pub mirror_queue: Arc<crate::mirror_queue::MirrorQueue>,
+    /// The epoch under which the mirror last compared every LoadRun with the ledger (a full
+    /// pass): after a restore, the dispatcher and sweeper wait for it (`crate::leadership::lead`).
+    pub mirror_compared: watch::Sender<i64>,
     /// The namespaces whose LoadJobs and LoadRuns this installation owns.
     pub scope: crate::scope::WatchScope,
     /// Finished LoadRuns older than this are deleted (etcd does not grow without limit).

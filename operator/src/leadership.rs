@@ -1,6 +1,7 @@
 //! Who may run the dispatcher and sweeper. Each acquisition bumps the ledger's fencing epoch
 //! (CONTRACT §7.1); the Kubernetes Lease implementation comes with the operator issue, this one is
 //! the standalone mode's PostgreSQL advisory lock held on a dedicated connection.
+use crate::metrics::Metrics;
 use ledger::{Fence, Ledger};
 use sqlx::{Connection, PgConnection};
 use std::sync::Arc;
@@ -135,6 +136,127 @@ pub fn epoch_refused(e: &ledger::LedgerError, what: &str) {
 
 /// How often the refusal of [`epoch_refused`] is logged again while it lasts.
 pub const OWNED_LOG_EVERY: Duration = Duration::from_secs(30);
+
+/// How often the leader advances the ledger's clock (`ledger::ops::continuity`): a restore from
+/// backup under a running leader is noticed within this long.
+pub const LEDGER_CLOCK_EVERY: Duration = Duration::from_secs(2);
+
+/// While leading: advances the ledger's clock every [`LEDGER_CLOCK_EVERY`] and refreshes this
+/// installation's claim on the ledger (at most every [`Ledger::owner_refresh_every`]). Resolves
+/// only when leading must stop: the ledger went back (restored from backup), the claim was lost
+/// (another installation took the ledger over after ours went stale), or a write was fenced;
+/// other errors (the database away) are retried, as the renew deadline of the leadership itself
+/// governs those.
+pub async fn keep_watch(ledger: &Ledger, fence: &Fence, deposed: &Deposed) -> ledger::LedgerError {
+    let every = ledger
+        .owner_refresh_every()
+        .map_or(LEDGER_CLOCK_EVERY, |o| o.min(LEDGER_CLOCK_EVERY));
+    loop {
+        tokio::time::sleep(every).await;
+        let watched = async {
+            ledger.advance_clock(fence).await?;
+            ledger.refresh_owner(fence).await
+        };
+        match watched.await {
+            Ok(()) => {}
+            Err(e @ (ledger::LedgerError::OwnedByOther(_) | ledger::LedgerError::WentBack(_))) => {
+                return e;
+            }
+            Err(e @ ledger::LedgerError::Fenced { .. }) => {
+                deposed.report(fence.epoch);
+                return e;
+            }
+            Err(e) => {
+                tracing::warn!(event = "ledger_watch_error", error = %e, "advancing the ledger's clock or refreshing its claim failed; retrying")
+            }
+        }
+    }
+}
+
+/// What a leader publishes: `all` (the Kubernetes tasks) at once on acquiring; `deciding` (the
+/// dispatcher and sweeper) at the same time, except after an acquisition that found the ledger
+/// gone back (restored from backup): then only once the LoadRun mirror has compared every LoadRun
+/// with the ledger under this epoch (`compared`), so that a run the LoadRuns had shown published
+/// is held before a VALIDATE_RUN dispatch of the restored outbox can start its publish again.
+/// Standalone (`compared` None) there are no LoadRuns to compare.
+pub struct Fences {
+    pub all: watch::Sender<Option<Fence>>,
+    pub deciding: watch::Sender<Option<Fence>>,
+    pub compared: Option<watch::Receiver<i64>>,
+}
+
+/// Competes for leadership until `release` is sent, publishing the fences while leading. Losing
+/// leadership (the Lease's renew deadline passed, the lock's session died, a write was fenced,
+/// the ledger went back) withdraws them: every leader task stops acting at once, and acts again
+/// only under the fence of a new acquisition, with a new epoch.
+pub async fn lead<L: Leadership>(
+    mut leadership: L,
+    ledger: Ledger,
+    mut fences: Fences,
+    mut release: watch::Receiver<bool>,
+    deposed: Deposed,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<()> {
+    loop {
+        let went_back_before = ledger.went_back_count();
+        let fence = tokio::select! {
+            f = leadership.acquire() => f?,
+            _ = release.wait_for(|s| *s) => break,
+        };
+        tracing::info!(event = "leader_acquired", epoch = fence.epoch, holder = %fence.holder, "this process leads");
+        let went_back = ledger.went_back_count() > went_back_before;
+        metrics.ledger_went_back_to(ledger.went_back_count());
+        metrics.leading(true);
+        let _ = fences.all.send(Some(fence.clone()));
+        let open_decisions = async {
+            if let (true, Some(compared)) = (went_back, fences.compared.as_mut()) {
+                tracing::warn!(
+                    event = "decisions_held",
+                    epoch = fence.epoch,
+                    "the ledger went back: the dispatcher and sweeper wait until every LoadRun was compared with it"
+                );
+                let _ = compared.wait_for(|e| *e >= fence.epoch).await;
+                tracing::info!(
+                    event = "decisions_resumed",
+                    epoch = fence.epoch,
+                    "every LoadRun was compared with the restored ledger: the dispatcher and sweeper resume"
+                );
+            }
+            let _ = fences.deciding.send(Some(fence.clone()));
+            std::future::pending::<()>().await
+        };
+        let stop = tokio::select! {
+            _ = open_decisions => unreachable!("pending for ever"),
+            _ = leadership.lost() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "leadership lost"); false }
+            _ = deposed.wait(fence.epoch) => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
+            e = keep_watch(&ledger, &fence, &deposed) => {
+                if let ledger::LedgerError::WentBack(found) = &e {
+                    tracing::error!(event = "ledger_went_back", epoch = fence.epoch,
+                        seen_tick = found.seen_tick, ledger_tick = found.ledger_tick,
+                        seen_epoch = found.seen_epoch, ledger_epoch = found.ledger_epoch,
+                        "{found}: every leader task stops now; leading again under a new epoch, whose \
+                         tasks read the ledger afresh (docs/operations.md, \"After a restore\")");
+                } else {
+                    epoch_refused(&e, "leadership lost");
+                    tracing::warn!(event = "leader_lost", epoch = fence.epoch, error = %e, "the ledger's claim was lost");
+                }
+                false
+            }
+            _ = release.wait_for(|s| *s) => true,
+        };
+        let _ = fences.deciding.send(None);
+        let _ = fences.all.send(None);
+        metrics.leading(false);
+        metrics.ledger_went_back_to(ledger.went_back_count());
+        if stop {
+            break;
+        }
+        leadership.release().await;
+    }
+    leadership.release().await;
+    tracing::info!(event = "leader_released", "leadership released");
+    Ok(())
+}
 
 /// `hostname:pid` plus a random suffix, so two processes never share an identity.
 pub fn default_identity() -> String {

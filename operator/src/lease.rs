@@ -51,6 +51,47 @@ fn schema_marked(mut meta: ObjectMeta, ledger_schema: Option<i32>) -> ObjectMeta
     }
     meta
 }
+/// The highest leader epoch issued, and the ledger clock its leader last saw committed
+/// (`ledger::ops::continuity`): written by the leader on every renewal, read by every candidate.
+/// They live outside the database, so a restore of the ledger from backup does not take them back:
+/// a new leader never takes an epoch issued before the restore, and finds the clock behind.
+pub const EPOCH_ANNOTATION: &str = "load-control.io/leader-epoch";
+pub const CLOCK_ANNOTATION: &str = "load-control.io/ledger-clock";
+
+/// `meta` with this process's continuity marks: the epoch raised (never lowered), the clock as
+/// this process knows it (lowered too, once a leader accepted a restored ledger). Nothing is
+/// written before the process has seen any.
+fn continuity_marked(mut meta: ObjectMeta, (epoch, clock): (i64, i64)) -> ObjectMeta {
+    if epoch <= 0 {
+        return meta;
+    }
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    let marked = annotations
+        .get(EPOCH_ANNOTATION)
+        .and_then(|v| v.parse::<i64>().ok());
+    if marked.is_none_or(|v| v < epoch) {
+        annotations.insert(EPOCH_ANNOTATION.into(), epoch.to_string());
+    }
+    annotations.insert(CLOCK_ANNOTATION.into(), clock.to_string());
+    meta
+}
+
+/// What a Lease says of the ledger's past, fed into the ledger's memory.
+fn learn_continuity(ledger: &Ledger, lease: &Lease) {
+    let annotations = lease.metadata.annotations.as_ref();
+    let read = |key: &str| {
+        annotations
+            .and_then(|a| a.get(key))
+            .and_then(|v| v.parse::<i64>().ok())
+    };
+    if let Some(epoch) = read(EPOCH_ANNOTATION) {
+        ledger.remember_epoch(epoch);
+    }
+    if let Some(clock) = read(CLOCK_ANNOTATION) {
+        ledger.set_known_clock(clock);
+    }
+}
+
 pub const LEASE_SECONDS: i32 = 15;
 pub const RENEW_DEADLINE: Duration = Duration::from_secs(10);
 
@@ -267,12 +308,15 @@ impl KubeLeaseLeadership {
                 // written it at any moment until the answer came.
                 let (now, sent) = (Timestamp::now(), Instant::now());
                 let lease = Lease {
-                    metadata: schema_marked(
-                        ObjectMeta {
-                            name: Some(self.settings.name.clone()),
-                            ..Default::default()
-                        },
-                        schema,
+                    metadata: continuity_marked(
+                        schema_marked(
+                            ObjectMeta {
+                                name: Some(self.settings.name.clone()),
+                                ..Default::default()
+                            },
+                            schema,
+                        ),
+                        self.ledger.continuity_marks(),
                     ),
                     spec: Some(self.spec(None, now)),
                 };
@@ -286,6 +330,7 @@ impl KubeLeaseLeadership {
                 }
             }
             Some(existing) => {
+                learn_continuity(&self.ledger, &existing);
                 let spec = existing.spec.clone().unwrap_or_default();
                 let seen = record(&existing);
                 let observed = match self.observed.take() {
@@ -303,7 +348,10 @@ impl KubeLeaseLeadership {
                 let schema = self.ledger_schema().await;
                 let (now, sent) = (Timestamp::now(), Instant::now());
                 let lease = Lease {
-                    metadata: schema_marked(existing.metadata.clone(), schema),
+                    metadata: continuity_marked(
+                        schema_marked(existing.metadata.clone(), schema),
+                        self.ledger.continuity_marks(),
+                    ),
                     spec: Some(self.spec(Some(&spec), now)),
                 };
                 match self
@@ -330,7 +378,7 @@ impl KubeLeaseLeadership {
             return Ok(false);
         };
         let lease = Lease {
-            metadata: held.metadata.clone(),
+            metadata: continuity_marked(held.metadata.clone(), self.ledger.continuity_marks()),
             spec: Some(self.spec(held.spec.as_ref(), Timestamp::now())),
         };
         let sent = Instant::now();
@@ -505,6 +553,41 @@ mod tests {
         assert_eq!(mark(Some("3")), "3", "never lowered");
         // The ledger unread: the Lease keeps what it has.
         assert_eq!(schema_marked(ObjectMeta::default(), None).annotations, None);
+    }
+
+    /// The epoch on the Lease is raised, never lowered (a candidate that knows less writes no
+    /// lower floor); the clock is what the leader knows now, lowered too once a restore was
+    /// accepted (a higher mark left behind would make every later leader find the ledger gone
+    /// back again); a process that has seen nothing writes nothing.
+    #[test]
+    fn the_continuity_marks_raise_the_epoch_and_carry_the_clock() {
+        let marked = |epoch: Option<&str>, marks| {
+            let meta = ObjectMeta {
+                annotations: epoch.map(|v| [(EPOCH_ANNOTATION.to_string(), v.to_string())].into()),
+                ..Default::default()
+            };
+            let a = continuity_marked(meta, marks)
+                .annotations
+                .unwrap_or_default();
+            (
+                a.get(EPOCH_ANNOTATION).cloned(),
+                a.get(CLOCK_ANNOTATION).cloned(),
+            )
+        };
+        let some = |s: &str| Some(s.to_string());
+        assert_eq!(marked(None, (3, 40)), (some("3"), some("40")));
+        assert_eq!(marked(Some("2"), (3, 40)), (some("3"), some("40")));
+        assert_eq!(
+            marked(Some("7"), (3, 12)),
+            (some("7"), some("12")),
+            "never lowered"
+        );
+        assert_eq!(marked(Some("junk"), (3, 1)), (some("3"), some("1")));
+        assert_eq!(
+            marked(None, (0, 0)),
+            (None, None),
+            "nothing seen, nothing written"
+        );
     }
 
     fn spec(holder: Option<&str>) -> LeaseSpec {

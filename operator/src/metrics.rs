@@ -73,6 +73,7 @@ pub struct Metrics {
     mxid_age: Gauge,
     orphan_undecided: Gauge,
     orphans_removed: Counter,
+    ledger_went_back: Counter,
     certificate_expiry: Family<CertLabel, Gauge>,
     certificate_reload: Family<CertLabel, Gauge>,
     certificate_reload_failures: Family<CertLabel, Counter>,
@@ -100,6 +101,7 @@ impl Default for Metrics {
             mxid_age: Default::default(),
             orphan_undecided: Default::default(),
             orphans_removed: Default::default(),
+            ledger_went_back: Default::default(),
             certificate_expiry: Default::default(),
             certificate_reload: Default::default(),
             certificate_reload_failures: Default::default(),
@@ -182,6 +184,11 @@ impl Default for Metrics {
             m.orphans_removed.clone(),
         );
         registry.register(
+            "lca_ledger_went_back",
+            "Times this process found the ledger holding an older past than it had seen (its clock or leader epoch lower): a restore from backup, or a failover to a standby that lacked commits. See the runbook \"After a restore\"",
+            m.ledger_went_back.clone(),
+        );
+        registry.register(
             "lca_certificate_expiry_timestamp_seconds",
             "Unix time at which the certificate in use expires (its notAfter), by cert (nifi_client: the client certificate presented to NiFi)",
             m.certificate_expiry.clone(),
@@ -246,6 +253,13 @@ impl Metrics {
     pub fn orphan_sweep(&self, undecided: bool, removed: u64) {
         self.orphan_undecided.set(undecided as i64);
         self.orphans_removed.inc_by(removed);
+    }
+
+    /// The ledger's count of times it was found gone back ([`ledger::Ledger::went_back_count`]),
+    /// carried into the counter.
+    pub fn ledger_went_back_to(&self, total: u64) {
+        let counted = self.ledger_went_back.get();
+        self.ledger_went_back.inc_by(total.saturating_sub(counted));
     }
 
     /// Certificate files of `cert` now in use; `not_after` is the certificate's expiry (none:

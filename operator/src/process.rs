@@ -47,6 +47,10 @@ pub struct Operator {
     pub metrics: Arc<Metrics>,
     pub health: Health,
     pub fence: watch::Receiver<Option<Fence>>,
+    /// The fence the dispatcher and sweeper act on: published with `fence`, but after a restore
+    /// of the ledger only once the LoadRun mirror has compared every LoadRun with the ledger
+    /// (`crate::leadership::lead`).
+    deciding: watch::Receiver<Option<Fence>>,
     shutdown: watch::Sender<bool>,
     /// Sent once the leader tasks have stopped: only then is leadership given up.
     release: watch::Sender<bool>,
@@ -186,6 +190,18 @@ impl Operator {
         leadership: L,
         observers: Observers,
     ) -> anyhow::Result<Operator> {
+        Operator::start_gated(config, ledger, leadership, observers, None)
+    }
+
+    /// `compared`: under Kubernetes, the epoch under which the LoadRun mirror last compared every
+    /// LoadRun with the ledger (the gate of the deciding fence after a restore).
+    fn start_gated<L: Leadership + 'static>(
+        config: &Config,
+        ledger: Ledger,
+        leadership: L,
+        observers: Observers,
+        compared: Option<watch::Receiver<i64>>,
+    ) -> anyhow::Result<Operator> {
         let Observers { metrics, health } = observers;
         let deposed = crate::leadership::Deposed::default();
         // TLS files that cannot be used are waited out (logged and counted), never a reason to
@@ -210,16 +226,22 @@ impl Operator {
             deposed: deposed.clone(),
         });
         let (fence_tx, fence_rx) = watch::channel(None);
+        let (deciding_tx, deciding_rx) = watch::channel(None);
         let (shutdown_tx, _) = watch::channel(false);
         let (release_tx, release_rx) = watch::channel(false);
         let mut op = Operator {
             metrics: metrics.clone(),
             health,
             fence: fence_rx,
-            task: tokio::spawn(lead(
+            deciding: deciding_rx,
+            task: tokio::spawn(crate::leadership::lead(
                 leadership,
                 ledger.clone(),
-                fence_tx,
+                crate::leadership::Fences {
+                    all: fence_tx,
+                    deciding: deciding_tx,
+                    compared,
+                },
                 release_rx,
                 deposed,
                 metrics.clone(),
@@ -229,7 +251,7 @@ impl Operator {
             workers: vec![],
             running: Default::default(),
         };
-        let (fence, shutdown) = (op.fence.clone(), op.shutdown.subscribe());
+        let (fence, shutdown) = (op.deciding.clone(), op.shutdown.subscribe());
         op.supervise(
             "dispatcher",
             Box::new(move || Box::pin(dispatcher.clone().run(fence.clone(), shutdown.clone()))),
@@ -249,7 +271,7 @@ impl Operator {
                 }),
             );
         }
-        let (fence, shutdown) = (op.fence.clone(), op.shutdown.subscribe());
+        let (fence, shutdown) = (op.deciding.clone(), op.shutdown.subscribe());
         op.supervise(
             "sweeper",
             Box::new(move || Box::pin(sweeper.clone().run(fence.clone(), shutdown.clone()))),
@@ -306,7 +328,14 @@ impl Operator {
             options.lease.clone(),
         );
         let leading_until = leadership.leading_until();
-        let mut op = Operator::start_observed(config, ledger.clone(), leadership, observers)?;
+        let (compared, compared_rx) = watch::channel(0);
+        let mut op = Operator::start_gated(
+            config,
+            ledger.clone(),
+            leadership,
+            observers,
+            Some(compared_rx),
+        )?;
         let ctx = Arc::new(crate::kube_context::Context {
             recorder: crate::kube_context::recorder(client.clone(), identity),
             client: client.clone(),
@@ -315,6 +344,7 @@ impl Operator {
             leading_until,
             lease: config.dispatch.lease.0,
             mirror_queue: Default::default(),
+            mirror_compared: compared,
             mirror_backoff: Default::default(),
             summary_changed: tokio::sync::broadcast::channel(1024).0,
             metrics: op.metrics.clone(),
@@ -435,76 +465,6 @@ impl Operator {
             .ok()?
             .ok()
             .map(|f| f.clone().expect("waited for Some"))
-    }
-}
-
-/// Competes for leadership until `release` is sent, publishing the fence while leading. Losing
-/// leadership (the Lease's renew deadline passed, the lock's session died, a write was fenced)
-/// withdraws the fence: every leader task stops acting on it at once, and acts again only under
-/// the fence of a new acquisition, with a new epoch.
-async fn lead<L: Leadership>(
-    mut leadership: L,
-    ledger: Ledger,
-    fence_tx: watch::Sender<Option<Fence>>,
-    mut release: watch::Receiver<bool>,
-    deposed: crate::leadership::Deposed,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<()> {
-    loop {
-        let fence = tokio::select! {
-            f = leadership.acquire() => f?,
-            _ = release.wait_for(|s| *s) => break,
-        };
-        tracing::info!(event = "leader_acquired", epoch = fence.epoch, holder = %fence.holder, "this process leads");
-        metrics.leading(true);
-        let _ = fence_tx.send(Some(fence.clone()));
-        let stop = tokio::select! {
-            _ = leadership.lost() => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "leadership lost"); false }
-            _ = deposed.wait(fence.epoch) => { tracing::warn!(event = "leader_lost", epoch = fence.epoch, "fenced by a newer epoch"); false }
-            e = keep_owning(&ledger, &fence, &deposed) => {
-                crate::leadership::epoch_refused(&e, "leadership lost");
-                tracing::warn!(event = "leader_lost", epoch = fence.epoch, error = %e, "the ledger's claim was lost");
-                false
-            }
-            _ = release.wait_for(|s| *s) => true,
-        };
-        let _ = fence_tx.send(None);
-        metrics.leading(false);
-        if stop {
-            break;
-        }
-        leadership.release().await;
-    }
-    leadership.release().await;
-    tracing::info!(event = "leader_released", "leadership released");
-    Ok(())
-}
-
-/// While leading: refreshes this installation's claim on the ledger every
-/// [`Ledger::owner_refresh_every`]. Resolves only when the claim is lost (another installation
-/// took the ledger over after ours went stale) or the refresh was fenced; other errors (the
-/// database away) are retried, as the renew deadline of the leadership itself governs those.
-async fn keep_owning(
-    ledger: &Ledger,
-    fence: &Fence,
-    deposed: &crate::leadership::Deposed,
-) -> ledger::LedgerError {
-    let Some(every) = ledger.owner_refresh_every() else {
-        return std::future::pending().await;
-    };
-    loop {
-        tokio::time::sleep(every).await;
-        match ledger.refresh_owner(fence).await {
-            Ok(()) => {}
-            Err(e @ ledger::LedgerError::OwnedByOther(_)) => return e,
-            Err(e @ ledger::LedgerError::Fenced { .. }) => {
-                deposed.report(fence.epoch);
-                return e;
-            }
-            Err(e) => {
-                tracing::warn!(event = "ledger_owner_refresh_error", error = %e, "refreshing the ledger's claim failed; retrying")
-            }
-        }
     }
 }
 

@@ -3356,3 +3356,170 @@ fn the_chart_refuses_an_install_without_its_required_values() {
     assert!(!out.status.success(), "a URL without a scheme rendered");
     assert!(String::from_utf8_lossy(&out.stderr).contains("receiver_url"));
 }
+
+/// The reasons of the Events about `object` so far.
+fn event_reasons(c: &Cluster, object: &str) -> Vec<String> {
+    let out =
+        c.cp.kubectl()
+            .args(["get", "events", "-n", &c.ns, "-o", "json"])
+            .output()
+            .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["regarding"]["name"] == object || e["involvedObject"]["name"] == object)
+        .filter_map(|e| e["reason"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// Issue 40 item 6. The ledger restored from a backup (pg_dump / pg_restore, under the running
+/// operator and api-server) taken while a run was STAGING_VALIDATED; after the backup the run was
+/// published and another run created. The leader notices (its clock), leads again under a higher
+/// epoch, the mirror moves the published run's LoadRun back with a LedgerWentBack Event, and the
+/// run is held as PUBLISH_UNKNOWN so that NiFi's publish claim is refused instead of publishing it
+/// a second time. Seen failing without the mirror's fresh read (the LoadRun stayed PUBLISHED) and
+/// without the hold (the restored run took a second publish claim).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_restored_ledger_is_followed_and_a_publish_after_it_is_held() {
+    let c = cluster().await;
+    let mut op = c.operator("op-a").await;
+    let before = op
+        .wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: rs}\nspec: {jobKey: RS}\n");
+    eventually("load_job row", Duration::from_secs(20), || c.job_row("RS")).await;
+    let (_, created) = c.post("/v1/runs", json!({"jobKey": "RS", "businessKey": "2026-12-01", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    let run: Uuid = created["runId"].as_str().unwrap().parse().unwrap();
+    let manifest = json!({"snapshotScn": "42", "sourceCount": 5, "plannedPartitionCount": 1,
+        "partitions": [{"partitionId": "0000", "lowerBound": "0", "upperBound": "9", "upperInclusive": true, "expectedRowCount": 5}]});
+    let (status, body) = c.post(&format!("/v1/runs/{run}/manifest"), manifest).await;
+    assert_eq!(status, 200, "{body}");
+    let token = Uuid::new_v4();
+    c.post(
+        &format!("/v1/runs/{run}/partitions/0000/claim"),
+        json!({"claimToken": token, "workerNode": "n1"}),
+    )
+    .await;
+    let (status, body) = c
+        .post(
+            &format!("/v1/runs/{run}/partitions/0000/chunks"),
+            json!({"claimToken": token, "chunkIndex": 0, "chunkCount": 1,
+            "hdfsPath": format!("/data/RS/run_id={run}/p/0.parquet"), "recordCount": 5}),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (dispatch,): (Uuid,) =
+        sqlx::query_as("SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&mut c.env.conn().await)
+            .await
+            .unwrap();
+    c.post(
+        &format!("/v1/runs/{run}/validation/start"),
+        json!({"dispatchId": dispatch}),
+    )
+    .await;
+    c.post(&format!("/v1/runs/{run}/validations"), json!({"stage": "STAGING", "metrics": [{"metricName": "STAGE_COUNT", "actualValue": "5", "result": "PASS"}]})).await;
+    c.post(&format!("/v1/runs/{run}/stage-validated"), json!({}))
+        .await;
+    c.wait_phase(run, "STAGING_VALIDATED").await;
+    let clock = || async {
+        let (tick,): (i64,) = sqlx::query_as("SELECT tick FROM nifi_ops.ledger_clock")
+            .fetch_one(&mut c.env.conn().await)
+            .await
+            .unwrap();
+        tick
+    };
+    let before_backup = clock().await;
+    let backup = c.env.db.backup();
+
+    // After the backup: published, and a second run created.
+    let publish = Uuid::new_v4();
+    let (status, _) = c
+        .post(
+            &format!("/v1/runs/{run}/publish/claim"),
+            json!({"publishToken": publish}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    c.post(
+        &format!("/v1/runs/{run}/publish/result"),
+        json!({"publishToken": publish, "outcome": "PUBLISHED"}),
+    )
+    .await;
+    let lr = c.wait_phase(run, "PUBLISHED").await;
+    let name = lr.metadata.name.clone().unwrap();
+    let (_, later) = c.post("/v1/runs", json!({"jobKey": "RS", "businessKey": "2026-12-02", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    assert!(later["runId"].is_string(), "{later}");
+    // The leader's clock advanced after the backup, as it does every few seconds.
+    eventually(
+        "a clock tick after the backup",
+        Duration::from_secs(20),
+        || async { (clock().await >= before_backup + 2).then_some(()) },
+    )
+    .await;
+
+    c.env.db.restore(&backup).await;
+
+    let lr = c.wait_phase(run, "PUBLISH_UNKNOWN").await;
+    let needs = lr
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "NeedsOperator")
+        .cloned()
+        .unwrap();
+    assert_eq!(needs.status, "True");
+    let (code, message): (String, String) =
+        sqlx::query_as("SELECT error_code, error_message FROM nifi_ops.load_run WHERE run_id = $1")
+            .bind(run)
+            .fetch_one(&mut c.env.conn().await)
+            .await
+            .unwrap();
+    assert_eq!(code, "PUBLISHED_AFTER_RESTORE_POINT");
+    assert!(message.contains("showed PUBLISHED"), "{message}");
+    // NiFi's flow, replayed from the restored state, cannot publish it again.
+    let (status, body) = c
+        .post(
+            &format!("/v1/runs/{run}/publish/claim"),
+            json!({"publishToken": Uuid::new_v4()}),
+        )
+        .await;
+    assert_eq!(
+        (status, &body["claimed"], &body["runStatus"]),
+        (200, &json!(false), &json!("PUBLISH_UNKNOWN")),
+        "{body}"
+    );
+    let reasons = eventually(
+        "a LedgerWentBack Event",
+        Duration::from_secs(20),
+        || async {
+            let r = event_reasons(&c, &name);
+            r.iter().any(|r| r == "LedgerWentBack").then_some(r)
+        },
+    )
+    .await;
+    assert!(reasons.iter().any(|r| r == "PublishUnknown"), "{reasons:?}");
+    // The leader noticed, and leads under an epoch above every one issued before.
+    let after = op
+        .wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads again");
+    assert!(after.epoch > before.epoch, "{after:?} after {before:?}");
+    let metrics = op.metrics.render();
+    assert!(
+        metrics.contains("lca_ledger_went_back_total 1"),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("went_back"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    op.stop().await.unwrap();
+}

@@ -62,6 +62,7 @@ async fn setup() -> Sweep {
         leading_until,
         lease: Duration::from_secs(30),
         mirror_queue: Default::default(),
+        mirror_compared: tokio::sync::watch::channel(0).0,
         mirror_backoff: Default::default(),
         summary_changed: tokio::sync::broadcast::channel(16).0,
         metrics: Arc::new(lcoperator::metrics::Metrics::default()),

@@ -977,3 +977,66 @@ fn a_supervised_operator_that_exits_with_an_error_ends_its_supervisor() {
         "{out:?}"
     );
 }
+
+/// Issue 40 item 6. A leader whose acquisition finds the ledger gone back (restored from a backup
+/// taken before its clock's last ticks) publishes its fence to the Kubernetes tasks at once, but
+/// the dispatcher's and sweeper's only once the LoadRun mirror has compared every LoadRun under
+/// the new epoch; an acquisition that finds nothing publishes both at once. Seen failing with the
+/// gate removed (the deciding fence came with the other).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restore_decisions_wait_until_the_loadruns_were_compared() {
+    use lcoperator::leadership::{Deposed, Fences, lead};
+    use tokio::sync::watch;
+    let env = Env::start(|_| {}).await;
+    let first = env.ledger.acquire_epoch("before").await.unwrap();
+    env.ledger.advance_clock(&first).await.unwrap();
+    let backup = env.db.backup();
+    env.ledger.advance_clock(&first).await.unwrap();
+    env.db.restore(&backup).await;
+
+    let (all_tx, mut all) = watch::channel(None);
+    let (deciding_tx, deciding) = watch::channel(None);
+    let (compared_tx, compared) = watch::channel(0);
+    let (release_tx, release) = watch::channel(false);
+    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "after".into());
+    let task = tokio::spawn(lead(
+        leadership,
+        env.ledger.clone(),
+        Fences {
+            all: all_tx,
+            deciding: deciding_tx,
+            compared: Some(compared),
+        },
+        release,
+        Deposed::default(),
+        Default::default(),
+    ));
+    let fence = tokio::time::timeout(Duration::from_secs(30), all.wait_for(|f| f.is_some()))
+        .await
+        .expect("leads")
+        .unwrap()
+        .clone()
+        .unwrap();
+    assert_eq!(fence.epoch, 2, "above the epoch issued before the restore");
+    assert_eq!(env.ledger.went_back_count(), 1);
+    // Held for as long as the LoadRuns were not compared under this epoch (an earlier epoch's
+    // comparison does not count).
+    compared_tx.send_replace(1);
+    let mut held = deciding.clone();
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), held.wait_for(|f| f.is_some()))
+            .await
+            .is_err(),
+        "the dispatcher and sweeper were let decide before the LoadRuns were compared"
+    );
+    compared_tx.send_replace(fence.epoch);
+    let mut opened = deciding.clone();
+    let opened = tokio::time::timeout(Duration::from_secs(5), opened.wait_for(|f| f.is_some()))
+        .await
+        .expect("decisions resume once compared")
+        .unwrap()
+        .clone();
+    assert_eq!(opened, Some(fence));
+    release_tx.send_replace(true);
+    task.await.unwrap().unwrap();
+}

@@ -25,4 +25,9 @@
     ((a) == EXTRACTING && (b) == CANCELLED) || \
     ((a) == EXTRACTED_VALIDATED && (b) == CANCELLED) || \
     ((a) == STAGE_VALIDATING && (b) == CANCELLED) || \
-    ((a) == STAGING_VALIDATED && (b) == CANCELLED))
+    ((a) == STAGING_VALIDATED && (b) == CANCELLED) || \
+    ((a) == CREATED && (b) == PUBLISH_UNKNOWN) || \
+    ((a) == EXTRACTING && (b) == PUBLISH_UNKNOWN) || \
+    ((a) == EXTRACTED_VALIDATED && (b) == PUBLISH_UNKNOWN) || \
+    ((a) == STAGE_VALIDATING && (b) == PUBLISH_UNKNOWN) || \
+    ((a) == STAGING_VALIDATED && (b) == PUBLISH_UNKNOWN))

@@ -167,6 +167,54 @@ impl TestDb {
             .expect("connect the ledger")
     }
 
+    /// A backup of this database as it is now (`pg_dump -Fc`, as docs/operations.md's backups),
+    /// taken under running processes.
+    pub fn backup(&self) -> PathBuf {
+        let file = std::env::temp_dir().join(format!("lc-backup-{}.dump", self.name));
+        let out = std::process::Command::new("pg_dump")
+            .args(["-Fc", "-f"])
+            .arg(&file)
+            .arg(&self.url)
+            .output()
+            .expect("run pg_dump");
+        assert!(
+            out.status.success(),
+            "pg_dump: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        file
+    }
+
+    /// Restores `backup` in place under running processes: their connections are cut (the
+    /// database is dropped and created again, as a restore replaces the server), and the ledger
+    /// they reconnect to holds the past of the backup.
+    pub async fn restore(&self, backup: &std::path::Path) {
+        let mut conn = PgConnection::connect(&admin_url())
+            .await
+            .expect("connect to the test PostgreSQL");
+        for sql in [
+            format!("DROP DATABASE \"{}\" WITH (FORCE)", self.name),
+            format!("CREATE DATABASE \"{}\"", self.name),
+        ] {
+            sqlx::query(sqlx::AssertSqlSafe(sql))
+                .execute(&mut conn)
+                .await
+                .expect("replace the database");
+        }
+        let out = std::process::Command::new("pg_restore")
+            // One transaction: a process reconnecting meanwhile sees an empty database or the
+            // whole backup, never half of it.
+            .args(["--exit-on-error", "--single-transaction", "-d", &self.url])
+            .arg(backup)
+            .output()
+            .expect("run pg_restore");
+        assert!(
+            out.status.success(),
+            "pg_restore: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
     /// A plain connection, for asserting on ledger rows.
     pub async fn conn(&self) -> PgConnection {
         PgConnection::connect(&self.url)

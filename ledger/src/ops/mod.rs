@@ -3,6 +3,7 @@ pub mod chunk;
 pub mod claim;
 pub mod cleanup;
 mod complete;
+pub mod continuity;
 pub mod create;
 pub mod dispatch;
 pub mod fence;

@@ -27,6 +27,25 @@ pub struct ResendOutcome {
     pub status: DispatchStatus,
 }
 
+/// What [`Ledger::run_went_back`] did: `held` when the run became PUBLISH_UNKNOWN.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WentBackOutcome {
+    pub held: bool,
+}
+
+/// Statuses a run reaches only once its publish has begun (the publish claim).
+pub fn publish_begun(s: RunStatus) -> bool {
+    matches!(
+        s,
+        RunStatus::Publishing
+            | RunStatus::Published
+            | RunStatus::PublishUnknown
+            | RunStatus::Success
+            | RunStatus::FailedTargetValidation
+            | RunStatus::FailedPublish
+    )
+}
+
 /// Statuses a cancel may leave: never a publishing state, where an INSERT OVERWRITE may have run.
 pub fn cancellable(s: RunStatus) -> bool {
     crate::machine::allowed(s, RunStatus::Cancelled)
@@ -81,6 +100,100 @@ impl Ledger {
                 run_status: RunStatus::Cancelled,
                 changed: true,
             })
+        })
+    }
+
+    /// The ledger went back (restored from backup): the run's LoadRun showed `shown_version`
+    /// (`shown_status`), the ledger holds `expected_version`, older. In one transaction:
+    ///
+    /// * the run's `version_no` continues after `shown_version`, so that no version the LoadRun
+    ///   showed is ever issued again with another meaning (as no epoch is issued twice,
+    ///   `ops::continuity`), and the mirror's LoadRun moves to what the ledger holds;
+    /// * a run whose publish had begun (`shown_status` PUBLISHING or later) and which the ledger
+    ///   holds before PUBLISHING becomes PUBLISH_UNKNOWN, so that nothing (a VALIDATE_RUN dispatch
+    ///   sent again, NiFi's flow replayed) publishes it a second time until a person has checked
+    ///   Hive and resolved it;
+    /// * its event (RUN_HELD_AFTER_RESTORE, or RUN_WENT_BACK) and the mirror's NOTIFY.
+    ///
+    /// Fenced: only the leader decides it. `RunStatusMismatch` when the run changed meanwhile
+    /// (the mirror reads it again).
+    pub async fn run_went_back(
+        &self,
+        fence: &super::fence::Fence,
+        run_id: Uuid,
+        expected_version: i64,
+        shown_version: i64,
+        shown_status: RunStatus,
+        actor: &Actor,
+    ) -> Result<WentBackOutcome> {
+        transaction!(self, |conn| async {
+            super::fence::check_fence(conn, fence).await?;
+            let run = self.lock_run(conn, run_id).await?;
+            let status = run.status()?;
+            let (version,): (i64,) = sqlx::query_as(
+                "SELECT version_no::bigint FROM nifi_ops.load_run WHERE run_id = $1",
+            )
+            .bind(run_id)
+            .fetch_one(&mut *conn)
+            .await?;
+            if version != expected_version || version >= shown_version {
+                return Err(LedgerError::RunStatusMismatch {
+                    run_status: status,
+                    stage: None,
+                });
+            }
+            sqlx::query("UPDATE nifi_ops.load_run SET version_no = $2 WHERE run_id = $1")
+                .bind(run_id)
+                .bind(shown_version)
+                .execute(&mut *conn)
+                .await?;
+            let details = json!({"shownVersion": shown_version, "shownStatus": shown_status,
+                "ledgerVersion": version, "ledgerStatus": status});
+            // Before PUBLISHING only: a publishing run's own result (or the sweeper) decides it.
+            let held = publish_begun(shown_status) && cancellable(status);
+            if held {
+                let why = format!(
+                    "the ledger was restored to a point before this run's publish: its LoadRun \
+                     showed {shown_status}, the ledger {status}; check the Hive partition, then \
+                     resolve PUBLISHED or FAILED_PUBLISH"
+                );
+                let error = ErrorFields::Set {
+                    stage: "RESTORE",
+                    code: "PUBLISHED_AFTER_RESTORE_POINT",
+                    message: &why,
+                };
+                transition_locked(conn, run_id, status, RunStatus::PublishUnknown, error).await?;
+                Event::new(Level::Error, "RUN_HELD_AFTER_RESTORE")
+                    .run(&run)
+                    .message(&why)
+                    .details(details)
+                    .actor(actor)
+                    .insert(conn)
+                    .await?;
+                tracing::error!(event = "run_held_after_restore", run_id = %run_id, from = %status,
+                    shown = %shown_status, "{why}");
+            } else {
+                sqlx::query(
+                    "UPDATE nifi_ops.load_run SET version_no = version_no + 1 WHERE run_id = $1",
+                )
+                .bind(run_id)
+                .execute(&mut *conn)
+                .await?;
+                crate::notify::notify_run(conn, run_id).await?;
+                Event::new(Level::Warn, "RUN_WENT_BACK")
+                    .run(&run)
+                    .message(
+                        "the ledger was restored to an earlier point: the run is as it was then",
+                    )
+                    .details(details)
+                    .actor(actor)
+                    .insert(conn)
+                    .await?;
+                tracing::warn!(event = "run_went_back", run_id = %run_id, status = %status,
+                    shown = %shown_status, shown_version, ledger_version = version,
+                    "the ledger holds an older state of this run than its LoadRun showed");
+            }
+            Ok(WentBackOutcome { held })
         })
     }
 

@@ -189,8 +189,17 @@ async fn mirror_run(
     // The kept part of the status: conditions and dead dispatches.
     let previous = existing.status.as_ref();
     let known = newest_known(observed.as_ref(), applied.as_ref());
-    if known.is_some_and(|k| k.ledger_version > run.version_no as i64) {
-        // Read before a newer change was mirrored: never write an older state over a newer one.
+    if let Some(k) = known.filter(|k| k.ledger_version > run.version_no as i64) {
+        // Older than the LoadRun: a read from before a newer change was mirrored (never written
+        // over the newer one), or the ledger went back (restored from backup). The ledger read
+        // again now tells them apart: every version mirrored was committed, so only a ledger that
+        // lost commits is still behind.
+        let fresh = ctx.ledger.mirrored_runs_by_id(&[run.run_id]).await?;
+        if let Some(now) = fresh.first()
+            && (now.version_no as i64) < k.ledger_version
+        {
+            went_back(ctx, fence, &existing, now, k, ns).await?;
+        }
         return Ok(());
     }
     let mut status = run_status(run, previous);
@@ -274,6 +283,65 @@ async fn mirror_run(
             .summary_changed
             .send((ns.to_string(), job_name.to_string()));
     }
+    Ok(())
+}
+
+/// The ledger holds an older state of `run` than its LoadRun showed (`shown`): the ledger's
+/// [`ledger::Ledger::run_went_back`] numbers the run's versions on after the shown one (its NOTIFY
+/// brings the run, as the ledger now holds it, into the next pass, a forward change for the
+/// LoadRun) and holds it for a person if its publish had begun; a Warning Event says what happened.
+async fn went_back(
+    ctx: &Context,
+    fence: &Fence,
+    lr: &LoadRun,
+    run: &MirroredRun,
+    shown: &Applied,
+    ns: &str,
+) -> Result<(), LoopError> {
+    let Some(shown_status) = RunStatus::parse(&shown.phase) else {
+        return Ok(()); // not a status this release wrote
+    };
+    let actor = ledger::Actor {
+        name: format!("kubernetes:{ns}/{}", lr.name_any()),
+        role: "operator".into(),
+    };
+    let outcome = match ctx
+        .ledger
+        .run_went_back(
+            fence,
+            run.run_id,
+            run.version_no as i64,
+            shown.ledger_version,
+            shown_status,
+            &actor,
+        )
+        .await
+    {
+        Ok(o) => o,
+        // Changed meanwhile: the next pass reads it again.
+        Err(ledger::LedgerError::RunStatusMismatch { .. }) => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    let held = if outcome.held {
+        "; its publish had begun, so it is held as PUBLISH_UNKNOWN until a person checks Hive and resolves it"
+    } else {
+        ""
+    };
+    publish(
+        ctx,
+        fence,
+        lr,
+        EventType::Warning,
+        "LedgerWentBack",
+        format!(
+            "the ledger holds version {} ({}) of this run, older than version {} ({}) this LoadRun \
+             showed: the ledger database was restored to an earlier point (or failed over to a \
+             standby that lacked commits), and what was decided after it is not in the ledger{held}",
+            run.version_no, run.status, shown.ledger_version, shown.phase
+        ),
+        "Mirror",
+    )
+    .await;
     Ok(())
 }
 

@@ -83,7 +83,11 @@ pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch
             continue;
         }
         let passed = if full {
-            full_pass(&ctx, &fence, &mirror).await
+            let passed = full_pass(&ctx, &fence, &mirror).await;
+            if passed.is_ok() {
+                ctx.mirror_compared.send_replace(fence.epoch);
+            }
+            passed
         } else {
             match ctx.ledger.mirrored_runs_by_id(&ids).await {
                 Ok(runs) => mirror_pass(&ctx, &fence, &mirror, &runs).await,
