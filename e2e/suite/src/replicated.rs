@@ -73,7 +73,9 @@ impl Drop for Forwarder {
     }
 }
 
-fn pg_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
+/// A PostgreSQL program of the newest version installed (the servers of the tests are that
+/// version, and pg_dump refuses a server newer than itself).
+pub fn pg_bin(name: &str) -> anyhow::Result<std::path::PathBuf> {
     let dir = std::fs::read_dir("/usr/lib/postgresql")
         .context("PostgreSQL server binaries (/usr/lib/postgresql)")?
         .filter_map(Result::ok)

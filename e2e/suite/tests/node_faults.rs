@@ -1,7 +1,8 @@
 //! Faults production chooses, on the real node, under NiFi load through the Service (issues 18
 //! and 19). Each ends with the invariant checker at 0 violations, every run final, and every
-//! LoadRun's phase and ledgerVersion equal to the ledger's. Each prints one JSON line with what
-//! it measured.
+//! LoadRun's phase and ledgerVersion equal to the ledger's (the restore of the ledger from a
+//! backup: the violations and unfinished runs confined to the runs the restore took away or back).
+//! Each prints one JSON line with what it measured.
 use e2e::bench::aged::{AgedSizes, fill_ledger, vacuum_ledger};
 use e2e::check::{Scope, check};
 use e2e::lock_watch::{LockWatch, migrations_applied_after};
@@ -1705,4 +1706,645 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
         "nifi_requests": requests, "availability": availability,
         "dispatches_by_key": by_key, "pg05_connections_by_client_certificate": certs});
     conclude(r, JOB, runs, &summary, figures).await;
+}
+
+/// Phases a run reaches only once its publish has begun (ledger::ops::operator::publish_begun).
+const PUBLISH_BEGUN: &[&str] = &[
+    "PUBLISHING",
+    "PUBLISHED",
+    "PUBLISH_UNKNOWN",
+    "SUCCESS",
+    "FAILED_TARGET_VALIDATION",
+    "FAILED_PUBLISH",
+];
+
+/// Phases before the publish claim whose run the restore holds as PUBLISH_UNKNOWN when its
+/// LoadRun had shown the publish begun (ledger::ops::operator::cancellable).
+const PRE_PUBLISH: &[&str] = &[
+    "CREATED",
+    "EXTRACTING",
+    "EXTRACTED_VALIDATED",
+    "STAGE_VALIDATING",
+    "STAGING_VALIDATED",
+];
+
+/// LOAD with a shorter run timeout and PG-90 budget: runs the restore takes away (or back) never
+/// finish, and each one holds one of the three run slots until `--run-timeout` passes (nifi-sim's
+/// `wait_final` treats the 404 of a vanished run as "not final yet"). A run the restore does not
+/// touch takes seconds.
+const RESTORE_LOAD: &[&str] = &[
+    "--concurrent-runs",
+    "3",
+    "--partitions",
+    "2",
+    "--chunks",
+    "2",
+    "--nodes",
+    "2",
+    "--run-timeout",
+    "60",
+    "--pg90-budget",
+    "60",
+];
+
+/// One run as the ledger holds it.
+#[derive(Clone, Debug)]
+struct HeldRun {
+    status: String,
+    version: i64,
+    error_code: Option<String>,
+}
+
+/// The runs of `job_key` in the ledger.
+async fn held_runs(
+    conn: &mut sqlx::PgConnection,
+    job_key: &str,
+) -> std::collections::BTreeMap<uuid::Uuid, HeldRun> {
+    let rows: Vec<(uuid::Uuid, String, i64, Option<String>)> = sqlx::query_as(
+        "SELECT run_id, status, version_no::bigint, error_code FROM nifi_ops.load_run WHERE job_key = $1",
+    )
+    .bind(job_key)
+    .fetch_all(&mut *conn)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(id, status, version, error_code)| {
+            (
+                id,
+                HeldRun {
+                    status,
+                    version,
+                    error_code,
+                },
+            )
+        })
+        .collect()
+}
+
+async fn ledger_runs(
+    r: &Release,
+    job_key: &str,
+) -> std::collections::BTreeMap<uuid::Uuid, HeldRun> {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    held_runs(&mut conn, job_key).await
+}
+
+/// `nifi_ops.ledger_clock.tick` (0 before the first tick).
+async fn ledger_clock(r: &Release) -> i64 {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let (tick,): (i64,) =
+        sqlx::query_as("SELECT coalesce(max(tick), 0)::bigint FROM nifi_ops.ledger_clock")
+            .fetch_one(&mut conn)
+            .await
+            .unwrap();
+    tick
+}
+
+/// Every LoadRun of the namespace: run id → (its name, the phase and ledgerVersion it shows).
+fn shown_runs(r: &Release) -> std::collections::BTreeMap<uuid::Uuid, (String, String, i64)> {
+    r.kj(&["get", "loadruns"])["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|lr| {
+            let id = lr["spec"]["runId"].as_str()?.parse().ok()?;
+            Some((
+                id,
+                (
+                    lr["metadata"]["name"].as_str()?.to_string(),
+                    lr["status"]["phase"].as_str().unwrap_or("").to_string(),
+                    lr["status"]["ledgerVersion"].as_i64().unwrap_or(0),
+                ),
+            ))
+        })
+        .collect()
+}
+
+/// The highest epoch the leader Lease says was issued (`load-control.io/leader-epoch`); 0 when
+/// not written yet.
+fn lease_epoch(r: &Release) -> i64 {
+    let lease = r.kj(&["get", "lease", &format!("{}-load-control-leader", r.name)]);
+    lease["metadata"]["annotations"]["load-control.io/leader-epoch"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// `lca_ledger_went_back_total` on the operator of the pod at `ip`; None when it does not answer.
+fn went_back_total(r: &Release, ip: &str) -> Option<f64> {
+    operator_get(r, ip, "/metrics").lines().find_map(|l| {
+        l.strip_prefix("lca_ledger_went_back_total ")?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+/// What a backup holds, read in the very snapshot pg_dump copied.
+struct Backup {
+    file: std::path::PathBuf,
+    runs: std::collections::BTreeMap<uuid::Uuid, HeldRun>,
+    tick: i64,
+    epoch: i64,
+    seconds: f64,
+}
+
+/// `pg_dump -Fc` of the release's database (as docs/operations.md's logical backup, the whole
+/// database here: `_sqlx_migrations` included) under the running pods. The dump is taken in a
+/// snapshot exported by a REPEATABLE READ transaction that also reads the job's runs, the clock
+/// and the epoch: what the restore will bring back is known exactly, not approximately.
+async fn take_backup(r: &Release, job_key: &str, file: &std::path::Path) -> Backup {
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let mut tx = conn.begin().await.unwrap();
+    sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        .execute(&mut *tx)
+        .await
+        .unwrap();
+    let (snapshot,): (String,) = sqlx::query_as("SELECT pg_export_snapshot()")
+        .fetch_one(&mut *tx)
+        .await
+        .unwrap();
+    let runs = held_runs(&mut tx, job_key).await;
+    let (tick, epoch): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT coalesce(max(tick), 0) FROM nifi_ops.ledger_clock)::bigint, \
+                (SELECT coalesce(max(epoch), 0) FROM nifi_ops.leader_epoch)::bigint",
+    )
+    .fetch_one(&mut *tx)
+    .await
+    .unwrap();
+    let started = Instant::now();
+    let out = std::process::Command::new(e2e::replicated::pg_bin("pg_dump").unwrap())
+        .args(["-Fc", "--snapshot", &snapshot, "-f"])
+        .arg(file)
+        .arg(&r.ledger_url)
+        .output()
+        .expect("run pg_dump");
+    assert!(
+        out.status.success(),
+        "pg_dump: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seconds = started.elapsed().as_secs_f64();
+    tx.rollback().await.unwrap(); // read only; held open until pg_dump had imported the snapshot
+    Backup {
+        file: file.to_path_buf(),
+        runs,
+        tick,
+        epoch,
+        seconds,
+    }
+}
+
+/// The release's database replaced by `backup` under the running pods, as a restore of the
+/// server would: DROP DATABASE … WITH (FORCE) cuts every pod's connection (new ones wait on the
+/// drop, then find no database), CREATE DATABASE as `Release::prepare` made it, then pg_restore
+/// in ONE transaction, so that the pods, reconnecting at once, find either an empty database
+/// (every call 503 DATABASE_UNAVAILABLE, readiness reads schema version 0) or the whole backup —
+/// never a half-restored one they would write into (rows inserted before pg_restore's COPY and
+/// `setval` would collide with the backup's ids, and its post-data ADD PRIMARY KEY would fail).
+/// Not `pg_restore --create`: it cannot run in a single transaction, and there is no
+/// database-level state to carry: the database is created by `CREATE DATABASE` as `postgres` in
+/// `Release::prepare`, and the pods connect as `postgres` itself (lc-db's DATABASE_URL is
+/// LC_NODE_PG_URL_IN_CLUSTER with the database name; the chart's `database.runtimeRole` is
+/// unset, so the migration hook grants nothing; no ALTER DATABASE anywhere).
+async fn restore_under_running_pods(r: &Release, backup: &std::path::Path) -> Duration {
+    let db = r.ledger_url.rsplit_once('/').unwrap().1.to_string();
+    let started = Instant::now();
+    let mut admin = sqlx::PgConnection::connect(r.node.pg_url()).await.unwrap();
+    for sql in [
+        format!("DROP DATABASE \"{db}\" WITH (FORCE)"),
+        format!("CREATE DATABASE \"{db}\""),
+    ] {
+        sqlx::query(sqlx::AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    let out = std::process::Command::new(e2e::replicated::pg_bin("pg_restore").unwrap())
+        .args([
+            "--exit-on-error",
+            "--single-transaction",
+            "-d",
+            &r.ledger_url,
+        ])
+        .arg(backup)
+        .output()
+        .expect("run pg_restore");
+    assert!(
+        out.status.success(),
+        "pg_restore: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    started.elapsed()
+}
+
+/// Issue 40 item 6 on the real node: the ledger restored from a backup under the running pods
+/// and under NiFi load through the Service. A `pg_dump -Fc` is taken while some runs are SUCCESS
+/// and others in flight; the load goes on until a run the backup holds before its publish shows
+/// its publish begun on its LoadRun and the leader's clock has ticked twice past the backup; then
+/// the database is dropped and the backup restored. The leader notices (`ledger_went_back`) and
+/// leads again under an epoch above every one issued before (`lca_ledger_went_back_total` ≥ 1 on
+/// the leading pod); every LoadRun comes to agree with the restored ledger (LedgerWentBack Events,
+/// only on runs the ledger holds), and no run whose LoadRun had shown its publish begun is back
+/// before its publish unheld: each is publish-begun again, PUBLISH_UNKNOWN
+/// (PUBLISHED_AFTER_RESTORE_POINT) when the backup held it before PUBLISHING. NiFi sees no 5xx
+/// but the contract's 503; what it reports wrong (404 for runs created after the backup, 409 for
+/// tokens the ledger no longer knows, runs that never finish) concerns only the runs the restore
+/// took away or back, and every other run ends SUCCESS. The invariant checker's violations, and
+/// the effects acknowledged to NiFi the ledger lost, concern those runs only.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_ledger_restored_from_a_backup_under_load() {
+    const JOB: &str = "NODE_RESTORE";
+    let (_serial, r) = fault_release("restore", JOB).await;
+    let dir = std::env::temp_dir().join(format!("lc-restore-{}", r.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+    let stop_file = dir.join("stop");
+    // At most 300 runs; the stop file ends the load once the restore has been watched.
+    let mut sim = r.start_simulation(
+        JOB,
+        &[
+            &["--runs", "300", "--stop-file", stop_file.to_str().unwrap()][..],
+            RESTORE_LOAD,
+        ]
+        .concat(),
+    );
+
+    // 1. Some runs SUCCESS, some before their publish; then the backup. A backup holding no run
+    //    before its publish cannot show the hold: taken again (5 times at most).
+    let mut attempts = 0;
+    let (backup, shown_at_backup, lease_epoch_at_backup) = loop {
+        let started = Instant::now();
+        loop {
+            let runs = ledger_runs(&r, JOB).await;
+            let success = runs.values().filter(|h| h.status == "SUCCESS").count();
+            let before_publish = runs
+                .values()
+                .filter(|h| PRE_PUBLISH.contains(&h.status.as_str()))
+                .count();
+            if success >= 2 && before_publish >= 1 {
+                break;
+            }
+            assert_load_still_running(&mut sim, "the backup");
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "no moment with 2 runs SUCCESS and one before its publish: {runs:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        let shown = shown_runs(&r);
+        let lease = lease_epoch(&r);
+        let b = take_backup(&r, JOB, &dir.join("ledger.dump")).await;
+        if b.runs
+            .values()
+            .any(|h| PRE_PUBLISH.contains(&h.status.as_str()))
+        {
+            break (b, shown, lease);
+        }
+        attempts += 1;
+        assert!(
+            attempts < 5,
+            "5 backups, none holding a run before its publish"
+        );
+    };
+    let dump_bytes = std::fs::metadata(&backup.file).unwrap().len();
+
+    // 2. The load goes on: a run the backup holds before its publish shows its publish begun on
+    //    its LoadRun, and the leader's clock is 2 ticks past the backup's.
+    let started = Instant::now();
+    loop {
+        let shown = shown_runs(&r);
+        let published_since = backup.runs.iter().any(|(id, held)| {
+            PRE_PUBLISH.contains(&held.status.as_str())
+                && shown
+                    .get(id)
+                    .is_some_and(|(_, phase, _)| PUBLISH_BEGUN.contains(&phase.as_str()))
+        });
+        let tick = ledger_clock(&r).await;
+        if published_since && tick >= backup.tick + 2 {
+            break;
+        }
+        assert_load_still_running(&mut sim, "the restore");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "after the backup: a publish begun {published_since}, clock {tick} (backup's {})",
+            backup.tick
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // 3. What the running system knew, last thing before the restore: the highest epoch issued
+    //    (the row, the Lease's annotation, the backup's) and every LoadRun's phase and version
+    //    (phases only move forward, so a phase read here had been shown by the restore too).
+    let tick_before = ledger_clock(&r).await;
+    let epoch_before = [
+        leader_epoch(&r).await,
+        lease_epoch(&r),
+        lease_epoch_at_backup,
+        backup.epoch,
+    ]
+    .into_iter()
+    .max()
+    .unwrap();
+    let shown_before = shown_runs(&r);
+    assert_load_still_running(&mut sim, "the restore");
+
+    // 4. The restore, under the running pods and NiFi's load.
+    let restore = restore_under_running_pods(&r, &backup.file).await;
+    let restored_at = Instant::now();
+
+    // 5. The leader noticed and leads under an epoch above every one issued before.
+    let epoch_after = {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let epoch = leader_epoch(&r).await;
+            if epoch > epoch_before {
+                break epoch;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no epoch above {epoch_before} 60 s after the restore (the row: {epoch})"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    };
+    let releading = restored_at.elapsed();
+    // The leading pod counted it: `lca_ledger_went_back_total` is raised at the acquisition that
+    // found the ledger behind (by this process, or by the other pod from the Lease's marks).
+    let (leader, counted) = wait_for(
+        "lca_ledger_went_back_total >= 1 on the leading pod",
+        Duration::from_secs(60),
+        || {
+            let Some(pod) = r.lease_holder_pod() else {
+                return Ok(None);
+            };
+            let ip = r
+                .server_pods()
+                .iter()
+                .find(|p| p["metadata"]["name"] == pod.as_str())
+                .and_then(|p| p["status"]["podIP"].as_str().map(str::to_string));
+            Ok(ip
+                .and_then(|ip| went_back_total(&r, &ip))
+                .filter(|n| *n >= 1.0)
+                .map(|n| (pod, n)))
+        },
+    )
+    .unwrap();
+    let went_back_by_pod: serde_json::Map<String, Value> = r
+        .server_pods()
+        .iter()
+        .filter_map(|p| {
+            let name = p["metadata"]["name"].as_str()?.to_string();
+            let ip = p["status"]["podIP"].as_str()?;
+            Some((name, json!(went_back_total(&r, ip))))
+        })
+        .collect();
+
+    // 6. NiFi's load goes on after the restore: a run the backup did not hold (so created after
+    //    the restore) reaches SUCCESS. The runs the restore took away or back hold their slots
+    //    until --run-timeout (60 s), hence the bound.
+    let started = Instant::now();
+    loop {
+        let runs = ledger_runs(&r, JOB).await;
+        if runs
+            .iter()
+            .any(|(id, h)| h.status == "SUCCESS" && !backup.runs.contains_key(id))
+        {
+            break;
+        }
+        assert_load_still_running(&mut sim, "the load after the restore");
+        assert!(
+            started.elapsed() < Duration::from_secs(180),
+            "no run created after the restore succeeded"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    std::fs::write(&stop_file, "").unwrap();
+    // Bounded by nifi-sim itself (--run-timeout, --pg90-budget and NiFi's retries per run). Not
+    // polled with try_wait: its summary is one line of hundreds of kB on a pipe read only here.
+    let summary = Release::summary(sim);
+    let why = e2e::nifi::what_went_wrong(&summary);
+
+    // 7. Every LoadRun agrees with the restored ledger (the LoadRuns ahead of it moved back).
+    let agreed = r.wait_mirror_agrees(JOB, Duration::from_secs(60)).await;
+    let after = ledger_runs(&r, JOB).await;
+    let shown_after = shown_runs(&r);
+
+    // Which runs the restore touched: those NiFi created that the ledger no longer holds (created
+    // after the backup), and those the backup holds unfinished. Everything NiFi may report wrong,
+    // and every violation, must concern one of them.
+    let nifi_runs: std::collections::BTreeSet<uuid::Uuid> = summary["run_ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str()?.parse().ok())
+        .collect();
+    let lost: std::collections::BTreeSet<uuid::Uuid> = nifi_runs
+        .iter()
+        .filter(|id| !after.contains_key(id))
+        .copied()
+        .collect();
+    let affected: std::collections::BTreeSet<uuid::Uuid> = lost
+        .iter()
+        .copied()
+        .chain(
+            backup
+                .runs
+                .iter()
+                .filter(|(_, h)| e2e::check::ACTIVE.contains(&h.status.as_str()))
+                .map(|(id, _)| *id),
+        )
+        .collect();
+    let names_affected = |text: &str| affected.iter().any(|id| text.contains(&id.to_string()));
+
+    // 8. None went back before its publish unheld.
+    let (mut candidates, mut held, mut not_held) = (0, vec![], vec![]);
+    for (id, (_, phase, version)) in &shown_before {
+        if !PUBLISH_BEGUN.contains(&phase.as_str()) {
+            continue;
+        }
+        let Some(at_backup) = backup.runs.get(id) else {
+            continue; // created after the backup: the ledger does not hold it
+        };
+        let now = after
+            .get(id)
+            .unwrap_or_else(|| panic!("{id}, held by the backup, left the ledger"));
+        if PRE_PUBLISH.contains(&at_backup.status.as_str()) {
+            candidates += 1;
+        }
+        if !PUBLISH_BEGUN.contains(&now.status.as_str()) {
+            not_held.push(format!(
+                "{id}: shown {phase} v{version}, backup {} v{}, now {} v{}",
+                at_backup.status, at_backup.version, now.status, now.version
+            ));
+        } else if now.status == "PUBLISH_UNKNOWN"
+            && now.error_code.as_deref() == Some("PUBLISHED_AFTER_RESTORE_POINT")
+        {
+            held.push(*id);
+        }
+    }
+    assert!(
+        candidates >= 1,
+        "no run shown published that the backup held before its publish"
+    );
+    assert!(
+        not_held.is_empty(),
+        "runs back before their publish, unheld: {not_held:#?}"
+    );
+    // NiFi's flow replayed from the restored state claiming a publish a second time (a PENDING
+    // VALIDATE_RUN in the backup, sent again before the mirror held the run): not prevented by
+    // the hold when the dispatcher is first. Recorded; see the report.
+    let mut claims: std::collections::BTreeMap<String, usize> = Default::default();
+    for a in summary["acknowledged"].as_array().unwrap() {
+        if a["kind"] == "publish_claimed" {
+            *claims
+                .entry(a["runId"].as_str().unwrap_or("").to_string())
+                .or_default() += 1;
+        }
+    }
+    let claimed_twice: Vec<&String> = claims
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, _)| id)
+        .collect();
+
+    // 9. The LedgerWentBack Events: at least one, and only on runs the ledger holds (a LoadRun
+    //    whose run the ledger lost is not read by the mirror and keeps what it showed).
+    let events = wait_for("a LedgerWentBack Event", Duration::from_secs(30), || {
+        let items = r.kj(&["get", "events", "--field-selector", "reason=LedgerWentBack"])["items"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        Ok((!items.is_empty()).then_some(items))
+    })
+    .unwrap();
+    let by_name: std::collections::BTreeMap<&str, uuid::Uuid> = shown_after
+        .iter()
+        .map(|(id, (name, _, _))| (name.as_str(), *id))
+        .collect();
+    for e in &events {
+        let object = e["regarding"]["name"]
+            .as_str()
+            .or(e["involvedObject"]["name"].as_str())
+            .unwrap_or("");
+        let run = by_name.get(object);
+        assert!(
+            run.is_some_and(|id| after.contains_key(id)),
+            "a LedgerWentBack Event on {object}, whose run the ledger does not hold: {e}"
+        );
+    }
+    for id in lost.iter().filter(|id| shown_before.contains_key(id)) {
+        assert!(
+            shown_after.contains_key(id),
+            "the LoadRun of {id}, lost by the restore, was deleted (docs: it stays)"
+        );
+    }
+
+    // 10. What NiFi saw.
+    let failed = summary["failed_attempts"].as_object().unwrap();
+    assert!(
+        failed.keys().all(|k| k == "503" || k == "transport"),
+        "a 5xx other than the contract's 503: {why}"
+    );
+    for a in summary["anomalies"].as_array().unwrap() {
+        let a = a.as_str().unwrap_or_default();
+        assert!(
+            names_affected(a),
+            "an anomaly about a run the restore did not touch: {a}\n{why}"
+        );
+    }
+    for u in summary["unfinished"].as_array().unwrap() {
+        let u = u.as_str().unwrap_or_default();
+        assert!(
+            names_affected(u),
+            "a run the restore did not touch never finished: {u}\n{why}"
+        );
+    }
+    assert_eq!(summary["receiver"]["rejected"], json!([]), "{why}");
+    let finals: std::collections::BTreeMap<&str, &str> = summary["acknowledged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["kind"] == "final")
+        .filter_map(|a| Some((a["runId"].as_str()?, a["status"].as_str()?)))
+        .collect();
+    for id in nifi_runs.iter().filter(|id| !affected.contains(id)) {
+        assert_eq!(
+            finals.get(id.to_string().as_str()).copied(),
+            Some("SUCCESS"),
+            "{id}, untouched by the restore\n{why}"
+        );
+    }
+
+    // 11. The ledger: the checker's violations and the acknowledged effects lost concern the
+    //     runs the restore touched only.
+    let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let report = check(
+        &mut conn,
+        &Scope {
+            job_keys: vec![JOB.into()],
+            stale_after_seconds: 0.0,
+        },
+    )
+    .await
+    .unwrap();
+    let outside: Vec<_> = report
+        .violations
+        .iter()
+        .filter(|v| !v.run_id.is_some_and(|id| affected.contains(&id)))
+        .collect();
+    assert!(outside.is_empty(), "{outside:#?}");
+    let mut violations_by_rule: std::collections::BTreeMap<&str, usize> = Default::default();
+    for v in &report.violations {
+        *violations_by_rule.entry(v.rule).or_default() += 1;
+    }
+    let untouched_acks: Vec<Value> = summary["acknowledged"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| {
+            a["runId"]
+                .as_str()
+                .and_then(|s| s.parse::<uuid::Uuid>().ok())
+                .is_none_or(|id| !affected.contains(&id))
+        })
+        .cloned()
+        .collect();
+    let lost_acks = e2e::check::lost_acknowledgements(&mut conn, &untouched_acks)
+        .await
+        .unwrap();
+    assert!(lost_acks.is_empty(), "{lost_acks:#?}");
+
+    // Not `conclude`: it asserts every run SUCCESS and the checker at 0 violations for exactly
+    // `runs` runs, which a restore to an earlier point cannot give (the runs it took away never
+    // finish; those it took back stay where the backup left them until a person looks), and its
+    // duplicate_dispatches compares PG-05's count with dispatch rows the restore removed.
+    let (requests, availability) = availability(&summary);
+    let runs_ahead = shown_before
+        .iter()
+        .filter(|(id, (_, _, v))| backup.runs.get(id).is_none_or(|h| h.version < *v))
+        .count();
+    let figures = json!({"bench": "node_fault_ledger_restored",
+        "backup_seconds": backup.seconds, "backup_bytes": dump_bytes, "backups_taken": attempts + 1,
+        "restore_seconds": restore.as_secs_f64(), "clock_ticks_lost": tick_before - backup.tick,
+        "epoch_before": epoch_before, "epoch_after": epoch_after,
+        "leading_again_seconds": releading.as_secs_f64(),
+        "went_back_total_on_leader": counted, "leader": leader, "went_back_total_by_pod": went_back_by_pod,
+        "loadruns_at_backup": shown_at_backup.len(), "runs_in_backup": backup.runs.len(),
+        "loadruns_ahead_of_backup": runs_ahead, "runs_lost": lost.len(),
+        "runs_touched": affected.len(), "shown_published_held_before_publish": candidates,
+        "held_publish_unknown": held.len(), "publish_claimed_twice": claimed_twice,
+        "ledger_went_back_events": events.len(), "mirror_agrees_seconds": agreed.as_secs_f64(),
+        "nifi_runs": summary["runs"], "nifi_final_status": summary["final_status"],
+        "nifi_requests": requests, "availability": availability,
+        "nifi_failed_attempts": summary["failed_attempts"],
+        "nifi_anomalies": summary["anomalies"].as_array().map_or(0, Vec::len),
+        "nifi_unfinished": summary["unfinished"].as_array().map_or(0, Vec::len),
+        "nifi_gave_up": summary["gave_up"].as_array().map_or(0, Vec::len),
+        "pg90_resent": summary["pg90_resent"], "pg90_answered": summary["pg90_answered"],
+        "checker_violations_by_rule": violations_by_rule});
+    println!("{figures}");
+    eprintln!("node faults: {figures}");
+    let _ = std::fs::remove_dir_all(&dir);
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
 }
