@@ -365,3 +365,148 @@ impl ReplicatedPg {
         Ok(t.elapsed())
     }
 }
+
+/// A primary that archives its WAL, and a base backup of it taken at the start: point-in-time
+/// recovery as CloudNativePG's `bootstrap.recovery` (or pgBackRest's restore) does it: a new server
+/// from the base backup replays the archive up to a target and is promoted, on a new timeline; the
+/// moving address then leads to it, and every connection to the old primary is cut.
+pub struct ArchivedPg {
+    pub primary: PgServer,
+    /// The base backup's data directory, in a server started only by [`ArchivedPg::recover_to`].
+    pub restored: PgServer,
+    archive: std::path::PathBuf,
+    pub address: Forwarder,
+    /// The ledger's database (created before the base backup).
+    pub db: String,
+}
+
+impl ArchivedPg {
+    pub async fn start(name: &str) -> anyhow::Result<ArchivedPg> {
+        let a = PgServer::start_with(&format!("{name}-a"), false, NODE_OPTIONS)?;
+        let archive = a.dir.join("archive");
+        std::fs::create_dir_all(&archive)?;
+        let root = Command::new("id").arg("-u").output()?.stdout == b"0\n";
+        if root {
+            Command::new("chown")
+                .args(["postgres:", &archive.display().to_string()])
+                .status()?;
+        }
+        a.sql("ALTER SYSTEM SET archive_mode = on").await?;
+        a.sql(&format!(
+            "ALTER SYSTEM SET archive_command = 'test ! -f {0}/%f && cp %p {0}/%f'",
+            archive.display()
+        ))
+        .await?;
+        a.stop()?;
+        a.start_again()?;
+        a.create_db(name)?;
+        let b = PgServer::unstarted(&format!("{name}-restored"), false, NODE_OPTIONS)?;
+        if root {
+            Command::new("chown")
+                .args(["postgres:", &b.dir.display().to_string()])
+                .status()?;
+        }
+        as_owner(
+            "pg_basebackup",
+            &[
+                "-d",
+                &a.conninfo(),
+                "-D",
+                &b.data(),
+                "-X",
+                "stream",
+                "-c",
+                "fast",
+            ],
+        )?;
+        let address = Forwarder::start(a.port).await?;
+        Ok(ArchivedPg {
+            primary: a,
+            restored: b,
+            archive,
+            address,
+            db: name.to_string(),
+        })
+    }
+
+    /// The ledger's URL, through the moving address.
+    pub fn url(&self) -> String {
+        format!(
+            "postgres://postgres@127.0.0.1:{}/{}",
+            self.address.port, self.db
+        )
+    }
+
+    /// A named restore point at the primary's current WAL position (`pg_create_restore_point`, as
+    /// before a risky change), its segment switched and archived.
+    pub async fn mark(&self, name: &str) -> anyhow::Result<()> {
+        let mut c = sqlx::PgConnection::connect(&self.primary.admin()).await?;
+        sqlx::query("SELECT pg_create_restore_point($1)")
+            .bind(name)
+            .execute(&mut c)
+            .await?;
+        let (segment,): (String,) = sqlx::query_as("SELECT pg_walfile_name(pg_switch_wal())")
+            .fetch_one(&mut c)
+            .await?;
+        let t = Instant::now();
+        loop {
+            let (archived,): (Option<String>,) =
+                sqlx::query_as("SELECT last_archived_wal FROM pg_stat_archiver")
+                    .fetch_one(&mut c)
+                    .await?;
+            if archived.is_some_and(|a| a >= segment) {
+                return Ok(());
+            }
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(30),
+                "segment {segment} not archived"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Point-in-time recovery to `mark`: the primary stops (fast: every connection cut), the base
+    /// backup replays the archive up to the restore point and is promoted, and the address moves
+    /// to it. Returns how long the address led to no primary.
+    pub async fn recover_to(&mut self, mark: &str) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.primary.stop()?;
+        self.address.cut_established();
+        let data = std::path::PathBuf::from(self.restored.data());
+        let settings = format!(
+            "restore_command = 'cp {}/%f %p'\nrecovery_target_name = '{mark}'\n\
+             recovery_target_action = 'promote'\narchive_mode = off\n",
+            self.archive.display()
+        );
+        let auto = data.join("postgresql.auto.conf");
+        let mut conf = std::fs::read_to_string(&auto).unwrap_or_default();
+        conf.push_str(&settings);
+        std::fs::write(&auto, conf)?;
+        std::fs::write(data.join("recovery.signal"), "")?;
+        if Command::new("id").arg("-u").output()?.stdout == b"0\n" {
+            Command::new("chown")
+                .args(["-R", "postgres:", &data.display().to_string()])
+                .status()?;
+        }
+        self.restored.start_again()?;
+        loop {
+            let promoted = async {
+                let mut c = sqlx::PgConnection::connect(&self.restored.admin()).await?;
+                let (recovering,): (bool,) = sqlx::query_as("SELECT pg_is_in_recovery()")
+                    .fetch_one(&mut c)
+                    .await?;
+                anyhow::Ok(!recovering)
+            };
+            if promoted.await.unwrap_or(false) {
+                break;
+            }
+            anyhow::ensure!(
+                t.elapsed() < Duration::from_secs(60),
+                "the recovered server was not promoted"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        self.address.point_at(self.restored.port);
+        Ok(t.elapsed())
+    }
+}
