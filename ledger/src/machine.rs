@@ -42,7 +42,7 @@ pub const RUN_TRANSITIONS: &[(RunStatus, RunStatus)] = &[
     (StageValidating, Cancelled),
     (StagingValidated, Cancelled),
     // [v1-ext] the ledger went back (a restore from backup) to before a publish the LoadRun had
-    // shown: held for a person to decide (`Ledger::hold_after_restore`), never published again
+    // shown: held for a person to decide (`Ledger::run_went_back`), never published again
     // on its own. The statuses a cancel may leave, as anything before PUBLISHING may lead to one.
     (Created, PublishUnknown),
     (Extracting, PublishUnknown),

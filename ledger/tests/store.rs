@@ -513,3 +513,18 @@ async fn a_run_published_after_the_restore_point_is_held_for_a_person() {
         .unwrap();
     assert_eq!(resolved.run_status, RunStatus::Published);
 }
+
+/// Issue 40 item 6. An installation on an empty database, under a Lease kept from an earlier one
+/// (it says epoch 5 and clock 40 were seen): the new ledger did not go back, but no epoch the
+/// Lease names is issued again (seen failing without the new-ledger case: went_back_count 1).
+#[tokio::test]
+async fn a_new_ledger_under_an_old_lease_did_not_go_back() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    ledger.remember_epoch(5);
+    ledger.set_known_clock(40);
+    let fence = ledger.acquire_epoch("new").await.unwrap();
+    assert_eq!(fence.epoch, 6);
+    assert_eq!(ledger.went_back_count(), 0);
+    assert_eq!(ledger.advance_clock(&fence).await.unwrap(), 2);
+}

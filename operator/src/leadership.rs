@@ -141,8 +141,9 @@ pub const OWNED_LOG_EVERY: Duration = Duration::from_secs(30);
 /// backup under a running leader is noticed within this long.
 pub const LEDGER_CLOCK_EVERY: Duration = Duration::from_secs(2);
 
-/// While leading: advances the ledger's clock every [`LEDGER_CLOCK_EVERY`] and refreshes this
-/// installation's claim on the ledger (at most every [`Ledger::owner_refresh_every`]). Resolves
+/// While leading: advances the ledger's clock and refreshes this installation's claim on the
+/// ledger, each on its own, every [`LEDGER_CLOCK_EVERY`] (or [`Ledger::owner_refresh_every`] when
+/// shorter). Resolves
 /// only when leading must stop: the ledger went back (restored from backup), the claim was lost
 /// (another installation took the ledger over after ours went stale), or a write was fenced;
 /// other errors (the database away) are retried, as the renew deadline of the leadership itself
@@ -153,25 +154,28 @@ pub async fn keep_watch(ledger: &Ledger, fence: &Fence, deposed: &Deposed) -> le
         .map_or(LEDGER_CLOCK_EVERY, |o| o.min(LEDGER_CLOCK_EVERY));
     loop {
         tokio::time::sleep(every).await;
-        let watched = async {
-            ledger.advance_clock(fence).await?;
-            ledger.refresh_owner(fence).await
-        };
-        match watched.await {
-            Ok(()) => {}
-            Err(e @ (ledger::LedgerError::OwnedByOther(_) | ledger::LedgerError::WentBack(_))) => {
-                return e;
-            }
-            Err(e @ ledger::LedgerError::Fenced { .. }) => {
-                deposed.report(fence.epoch);
-                return e;
-            }
-            Err(e) => {
-                tracing::warn!(event = "ledger_watch_error", error = %e, "advancing the ledger's clock or refreshing its claim failed; retrying")
+        let clock = ledger.advance_clock(fence).await.map(|_| ());
+        let claim = ledger.refresh_owner(fence).await;
+        for outcome in [clock, claim] {
+            match outcome {
+                Ok(()) => {}
+                Err(
+                    e @ (ledger::LedgerError::OwnedByOther(_) | ledger::LedgerError::WentBack(_)),
+                ) => return e,
+                Err(e @ ledger::LedgerError::Fenced { .. }) => {
+                    deposed.report(fence.epoch);
+                    return e;
+                }
+                Err(e) => {
+                    tracing::warn!(event = "ledger_watch_error", error = %e, "advancing the ledger's clock or refreshing its claim failed; retrying")
+                }
             }
         }
     }
 }
+
+/// How long, after a restore, the dispatcher and sweeper wait at most for the LoadRuns' comparison.
+pub const COMPARISON_LIMIT: Duration = Duration::from_secs(120);
 
 /// What a leader publishes: `all` (the Kubernetes tasks) at once on acquiring; `deciding` (the
 /// dispatcher and sweeper) at the same time, except after an acquisition that found the ledger
@@ -215,12 +219,26 @@ pub async fn lead<L: Leadership>(
                     epoch = fence.epoch,
                     "the ledger went back: the dispatcher and sweeper wait until every LoadRun was compared with it"
                 );
-                let _ = compared.wait_for(|e| *e >= fence.epoch).await;
-                tracing::info!(
-                    event = "decisions_resumed",
-                    epoch = fence.epoch,
-                    "every LoadRun was compared with the restored ledger: the dispatcher and sweeper resume"
-                );
+                let waited = tokio::time::timeout(
+                    COMPARISON_LIMIT,
+                    compared.wait_for(|e| *e >= fence.epoch),
+                )
+                .await;
+                if waited.is_ok() {
+                    tracing::info!(
+                        event = "decisions_resumed",
+                        epoch = fence.epoch,
+                        "every LoadRun was compared with the restored ledger: the dispatcher and sweeper resume"
+                    );
+                } else {
+                    // A LoadRun that cannot be mirrored must not stop every decision for ever.
+                    tracing::error!(
+                        event = "decisions_resumed_uncompared",
+                        epoch = fence.epoch,
+                        limit_s = COMPARISON_LIMIT.as_secs(),
+                        "not every LoadRun could be compared with the restored ledger in time (see loadrun_mirror_run_error): the dispatcher and sweeper resume; check the runs of those LoadRuns by hand"
+                    );
+                }
             }
             let _ = fences.deciding.send(Some(fence.clone()));
             std::future::pending::<()>().await

@@ -474,7 +474,12 @@ impl Leadership for KubeLeaseLeadership {
                         _ = self.keep_renewing() => None,
                     };
                     match epoch {
-                        Some(Ok(fence)) => return Ok(fence),
+                        Some(Ok(fence)) => {
+                            // The new epoch onto the Lease at once (not at the next renewal): a
+                            // restore in between must not let the next leader issue it again.
+                            let _ = tokio::time::timeout(self.settings.retry, self.renew()).await;
+                            return Ok(fence);
+                        }
                         Some(Err(e)) => {
                             // No epoch, no leadership: hand the Lease on at once rather than
                             // hold it idle until it expires.

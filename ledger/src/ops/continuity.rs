@@ -100,7 +100,10 @@ pub(crate) async fn acquisition_in_tx(
     let (seen_epoch, seen_tick) = ledger.continuity_marks();
     let ledger_tick = read_clock(conn).await?;
     let row = row_epoch.unwrap_or(0);
-    if ledger_tick < seen_tick || row < seen_epoch {
+    // A ledger with neither an epoch nor a clock is new (an installation on an empty database,
+    // the Lease kept from an earlier one): nothing went back.
+    let new_ledger = row_epoch.is_none() && ledger_tick == 0;
+    if !new_ledger && (ledger_tick < seen_tick || row < seen_epoch) {
         ledger.continuity.went_back.fetch_add(1, Ordering::Relaxed);
         let found = WentBack {
             seen_tick,

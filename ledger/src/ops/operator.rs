@@ -153,9 +153,9 @@ impl Ledger {
             let held = publish_begun(shown_status) && cancellable(status);
             if held {
                 let why = format!(
-                    "the ledger was restored to a point before this run's publish: its LoadRun \
-                     showed {shown_status}, the ledger {status}; check the Hive partition, then \
-                     resolve PUBLISHED or FAILED_PUBLISH"
+                    "its LoadRun showed {shown_status}, but the ledger was restored to a point \
+                     before that, to {status}: a publish may have run since; check the Hive \
+                     partition, then resolve PUBLISHED or FAILED_PUBLISH"
                 );
                 let error = ErrorFields::Set {
                     stage: "RESTORE",

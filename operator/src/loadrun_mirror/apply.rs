@@ -74,7 +74,14 @@ pub(super) async fn mirror_one(
             Ok(())
         }
         Err(e @ LoopError::NotLeading(_)) => Err(e),
+        // The ledger's fence refused this epoch: no longer leading, whatever the Lease says.
+        Err(LoopError::Ledger(ledger::LedgerError::Fenced { ours, .. })) => {
+            Err(LoopError::NotLeading(ours))
+        }
         Err(e) => {
+            mirror
+                .failed_in_pass
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let failures = due.map_or(1, |d| d.failures + 1);
             let delay = retry_after(&e, failures);
             ctx.mirror_backoff.lock().expect("backoff lock").insert(

@@ -34,6 +34,9 @@ pub(super) const WRITE_CONCURRENCY: usize = 8;
 struct Mirror {
     stores: Stores,
     applied: std::sync::Mutex<HashMap<Uuid, Applied>>,
+    /// Runs whose mirroring failed since the current full pass began: a pass with failures has
+    /// not compared every LoadRun with the ledger.
+    failed_in_pass: std::sync::atomic::AtomicUsize,
 }
 
 /// Loop 2: ledger → LoadRuns (`listen_for_runs` names the changed run; LoadRun and LoadJob
@@ -65,7 +68,9 @@ pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch
     let mirror = Mirror {
         stores,
         applied: Default::default(),
+        failed_in_pass: Default::default(),
     };
+    let mut mirrored_epoch = None;
     let mut tick = tokio::time::interval(resync);
     let mut pruned_under: Option<i64> = None;
     loop {
@@ -82,10 +87,22 @@ pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch
         if !full && ids.is_empty() {
             continue;
         }
+        if mirrored_epoch != Some(fence.epoch) {
+            // A new leadership compares every run afresh: no backoff carried over from before.
+            mirrored_epoch = Some(fence.epoch);
+            ctx.mirror_backoff.lock().expect("backoff lock").clear();
+        }
         let passed = if full {
+            mirror.failed_in_pass.store(0, Ordering::Relaxed);
             let passed = full_pass(&ctx, &fence, &mirror).await;
             if passed.is_ok() {
-                ctx.mirror_compared.send_replace(fence.epoch);
+                if mirror.failed_in_pass.load(Ordering::Relaxed) == 0 {
+                    ctx.mirror_compared.send_replace(fence.epoch);
+                } else if *ctx.mirror_compared.borrow() < fence.epoch {
+                    // The dispatcher and sweeper may be waiting for a complete comparison
+                    // (crate::leadership::lead): the failed runs' retries bring a full pass.
+                    queue.everything.store(true, Ordering::SeqCst);
+                }
             }
             passed
         } else {
