@@ -193,6 +193,23 @@ impl PgServer {
     }
 }
 
+/// A new, unstarted server `name` holding a base backup of `source` (`pg_basebackup -X stream`
+/// with `extra` arguments, e.g. `-R` for a standby).
+fn base_backup(source: &PgServer, name: &str, extra: &[&str]) -> anyhow::Result<PgServer> {
+    let b = PgServer::unstarted(name, false, NODE_OPTIONS)?;
+    if Command::new("id").arg("-u").output()?.stdout == b"0\n" {
+        Command::new("chown")
+            .args(["postgres:", &b.dir.display().to_string()])
+            .status()?;
+    }
+    let (conninfo, data) = (source.conninfo(), b.data());
+    let mut args = vec!["-d", &conninfo, "-D", &data];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["-X", "stream", "-c", "fast"]);
+    as_owner("pg_basebackup", &args)?;
+    Ok(b)
+}
+
 /// A primary and a streaming standby behind one moving address.
 pub struct ReplicatedPg {
     pub nodes: [PgServer; 2],
@@ -213,26 +230,7 @@ impl ReplicatedPg {
         a.sql("ALTER SYSTEM SET wal_log_hints = on").await?;
         a.sql("ALTER SYSTEM SET wal_keep_size = '256MB'").await?;
         a.create_db(name)?;
-        let b = PgServer::unstarted(&format!("{name}-b"), false, NODE_OPTIONS)?;
-        if Command::new("id").arg("-u").output()?.stdout == b"0\n" {
-            Command::new("chown")
-                .args(["postgres:", &b.dir.display().to_string()])
-                .status()?;
-        }
-        as_owner(
-            "pg_basebackup",
-            &[
-                "-d",
-                &a.conninfo(),
-                "-D",
-                &b.data(),
-                "-R",
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ],
-        )?;
+        let b = base_backup(&a, &format!("{name}-b"), &["-R"])?;
         b.start_again()?;
         if synchronous {
             // Only now: a commit before the standby streams would wait for it.
@@ -400,25 +398,7 @@ impl ArchivedPg {
         a.stop()?;
         a.start_again()?;
         a.create_db(name)?;
-        let b = PgServer::unstarted(&format!("{name}-restored"), false, NODE_OPTIONS)?;
-        if root {
-            Command::new("chown")
-                .args(["postgres:", &b.dir.display().to_string()])
-                .status()?;
-        }
-        as_owner(
-            "pg_basebackup",
-            &[
-                "-d",
-                &a.conninfo(),
-                "-D",
-                &b.data(),
-                "-X",
-                "stream",
-                "-c",
-                "fast",
-            ],
-        )?;
+        let b = base_backup(&a, &format!("{name}-restored"), &[])?;
         let address = Forwarder::start(a.port).await?;
         Ok(ArchivedPg {
             primary: a,

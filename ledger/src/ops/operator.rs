@@ -142,15 +142,20 @@ impl Ledger {
                     stage: None,
                 });
             }
+            // Held, the transition's own increment makes it shown + 1; else one increment here.
+            let held = publish_begun(shown_status) && cancellable(status);
             sqlx::query("UPDATE nifi_ops.load_run SET version_no = $2 WHERE run_id = $1")
                 .bind(run_id)
-                .bind(shown_version)
+                .bind(if held {
+                    shown_version
+                } else {
+                    shown_version + 1
+                })
                 .execute(&mut *conn)
                 .await?;
             let details = json!({"shownVersion": shown_version, "shownStatus": shown_status,
                 "ledgerVersion": version, "ledgerStatus": status});
             // Before PUBLISHING only: a publishing run's own result (or the sweeper) decides it.
-            let held = publish_begun(shown_status) && cancellable(status);
             if held {
                 let why = format!(
                     "its LoadRun showed {shown_status}, but the ledger was restored to a point \
@@ -173,12 +178,6 @@ impl Ledger {
                 tracing::error!(event = "run_held_after_restore", run_id = %run_id, from = %status,
                     shown = %shown_status, "{why}");
             } else {
-                sqlx::query(
-                    "UPDATE nifi_ops.load_run SET version_no = version_no + 1 WHERE run_id = $1",
-                )
-                .bind(run_id)
-                .execute(&mut *conn)
-                .await?;
                 crate::notify::notify_run(conn, run_id).await?;
                 Event::new(Level::Warn, "RUN_WENT_BACK")
                     .run(&run)
