@@ -1,24 +1,43 @@
 //! Where a connection to the ledger's database goes and with which password: a URL and, when the
-//! password is rotated, a file holding it (a mounted Secret key, `database.password_file`). The
-//! file is read whenever a dedicated connection is opened, and the pool's password is refreshed
-//! from it every [`PASSWORD_RECHECK`], so a rotated password is used without a restart: open
-//! connections keep the session they authenticated (PostgreSQL never asks again), new ones use the
-//! new password, and every connection is renewed within `database.pool_max_lifetime`.
+//! password is rotated, a file holding it (a mounted Secret key, `database.password_file`).
+//!
+//! A rotation changes two things that cannot change at the same instant: the Secret (the file)
+//! and the role's password in PostgreSQL. So a password read from the file is used only once
+//! PostgreSQL accepts it: until then the password that last opened a connection stays in force.
+//! Rotated Secret first, then `ALTER ROLE`, no connection is refused: the file's new password is
+//! tried (and refused) until the role has it, and the first refusal of the old one takes the new
+//! one at once ([`PoolPassword::follow_file`]). Open connections keep the session they
+//! authenticated (PostgreSQL never asks again) and are renewed within `database.pool_max_lifetime`.
 use sqlx::Connection;
 use sqlx::postgres::{PgConnectOptions, PgConnection, PgListener, PgPool, PgPoolOptions};
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// How often the pool's password is compared with the file.
 pub const PASSWORD_RECHECK: Duration = Duration::from_secs(5);
 
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default)]
 pub struct Dsn {
     pub url: String,
     /// A file whose content (one line, surrounding whitespace dropped) replaces the URL's password.
     pub password_file: Option<PathBuf>,
+    /// The file's password that last opened a connection, shared by the clones: the one kept
+    /// while PostgreSQL refuses a newer one the file holds.
+    accepted: Arc<Mutex<Option<String>>>,
 }
+
+/// Two DSNs are equal when they name the same place and password file (what was accepted is
+/// state, not identity).
+impl PartialEq for Dsn {
+    fn eq(&self, other: &Dsn) -> bool {
+        self.url == other.url && self.password_file == other.password_file
+    }
+}
+
+impl Eq for Dsn {}
 
 impl From<&str> for Dsn {
     fn from(url: &str) -> Dsn {
@@ -43,6 +62,7 @@ impl Dsn {
         Dsn {
             url: url.into(),
             password_file: None,
+            accepted: Default::default(),
         }
     }
 
@@ -93,20 +113,66 @@ impl Dsn {
         })
     }
 
-    /// A dedicated connection (the leader's advisory lock, a migration).
+    /// A dedicated connection (the leader's advisory lock, a migration): with the file's
+    /// password, or, while PostgreSQL refuses that one, with the one it last accepted.
     pub async fn connect(&self) -> Result<PgConnection, sqlx::Error> {
-        PgConnection::connect_with(&self.options()?).await
+        self.connect_shaped(|o| o).await
+    }
+
+    /// [`Dsn::connect`] with `shape` applied to the options (an application name, TLS).
+    pub async fn connect_shaped(
+        &self,
+        shape: impl Fn(PgConnectOptions) -> PgConnectOptions,
+    ) -> Result<PgConnection, sqlx::Error> {
+        Ok(self.connect_accepted(shape).await?.0)
+    }
+
+    /// A connection, and the password that opened it: the file's, or while PostgreSQL refuses
+    /// that one, the one it last accepted (a rotation half done: the Secret ahead of the role).
+    async fn connect_accepted(
+        &self,
+        shape: impl Fn(PgConnectOptions) -> PgConnectOptions,
+    ) -> Result<(PgConnection, Option<String>), sqlx::Error> {
+        let read = self.options()?;
+        let file = self.file_password().ok().flatten();
+        match PgConnection::connect_with(&shape(read)).await {
+            Ok(conn) => {
+                self.accept(file.clone());
+                Ok((conn, file))
+            }
+            Err(e) if password_refused(&e) => {
+                let previous = self.accepted.lock().expect("not poisoned").clone();
+                match previous {
+                    Some(previous) if Some(&previous) != file.as_ref() => {
+                        let options = shape(self.options_with(Some(&previous))?);
+                        let conn = PgConnection::connect_with(&options).await?;
+                        Ok((conn, Some(previous)))
+                    }
+                    _ => Err(e),
+                }
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn accept(&self, password: Option<String>) {
+        if password.is_some() {
+            *self.accepted.lock().expect("not poisoned") = password;
+        }
     }
 
     /// A LISTEN connection. A lost connection is not re-established by the listener (that would
     /// reuse these options, and the password they were made with): `try_recv` answers `Ok(None)`
     /// and the caller makes a new listener, which reads the password file again.
     pub async fn listener(&self) -> Result<PgListener, sqlx::Error> {
+        let (probe, password) = self.connect_accepted(|o| o).await?;
+        drop(probe.close().await);
+        let options = self.options_with(password.as_deref())?;
         let pool = PgPoolOptions::new()
             .max_connections(1)
             .max_lifetime(None)
             .idle_timeout(None)
-            .connect_with(self.options()?)
+            .connect_with(options)
             .await?;
         let mut listener = PgListener::connect_with(&pool).await?;
         listener.ignore_pool_close_event(true);
@@ -115,56 +181,132 @@ impl Dsn {
     }
 }
 
-/// Keeps the pool's password equal to the file's; `current` is the one the pool was made with.
-/// Ends when the last clone of its ledger is dropped (`PasswordRefresh`). A file that cannot be
-/// read (a Secret being rewritten, a mount gone) keeps the last password, logged once until it can
-/// be read again.
-pub(crate) async fn keep_password_fresh(
+/// PostgreSQL refused the password (or the role's sign-in): `invalid_password` or
+/// `invalid_authorization_specification`.
+pub(crate) fn password_refused(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("28P01" | "28000")))
+}
+
+/// The pool's password, following the file: a new one is taken once PostgreSQL accepts it.
+pub(crate) struct PoolPassword {
     pool: PgPool,
     dsn: Dsn,
-    mut current: Option<String>,
-    options: impl Fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error> + Send + 'static,
-    reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
-) {
-    let mut unreadable = false;
-    loop {
-        tokio::time::sleep(PASSWORD_RECHECK).await;
-        if pool.is_closed() {
+    options: fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error>,
+    /// Held across the probe: concurrent refusals wait for one check instead of each probing.
+    state: tokio::sync::Mutex<PasswordState>,
+    /// How many new passwords the pool took: also which one it has now.
+    reloads: AtomicU64,
+}
+
+#[derive(Default)]
+struct PasswordState {
+    /// The pool's password now.
+    current: Option<String>,
+    /// The file could not be read at the last check (logged once until it can).
+    unreadable: bool,
+    /// A password of the file PostgreSQL refused (logged once per password).
+    refused: Option<String>,
+}
+
+impl PoolPassword {
+    pub(crate) fn new(
+        pool: PgPool,
+        dsn: Dsn,
+        current: Option<String>,
+        options: fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error>,
+    ) -> PoolPassword {
+        dsn.accept(current.clone());
+        PoolPassword {
+            pool,
+            dsn,
+            options,
+            state: tokio::sync::Mutex::new(PasswordState {
+                current,
+                ..Default::default()
+            }),
+            reloads: AtomicU64::new(0),
+        }
+    }
+
+    /// How many new passwords the pool took: a caller refused with the password of one
+    /// generation may try again under a later one.
+    pub(crate) fn generation(&self) -> u64 {
+        self.reloads.load(Ordering::Relaxed)
+    }
+
+    /// Compares the pool's password with the file's and takes the file's when PostgreSQL accepts
+    /// it (tried on a connection of its own). A file that cannot be read, or whose password is
+    /// refused, keeps the pool's password.
+    pub(crate) async fn follow_file(&self) {
+        let mut state = self.state.lock().await;
+        let file = self
+            .dsn
+            .password_file
+            .as_deref()
+            .unwrap_or(std::path::Path::new(""));
+        let read = match self.dsn.file_password() {
+            Ok(read) => read,
+            Err(e) => {
+                if !std::mem::replace(&mut state.unreadable, true) {
+                    tracing::warn!(
+                        event = "database_password_unreadable",
+                        file = %file.display(),
+                        error = %e,
+                        "cannot read the database password file; new connections keep the previous password"
+                    );
+                }
+                return;
+            }
+        };
+        state.unreadable = false;
+        if read == state.current {
             return;
         }
-        match dsn.file_password() {
-            Ok(read) => {
-                unreadable = false;
-                if read == current {
-                    continue;
-                }
-                match options(&dsn, read.as_deref()) {
-                    Ok(new) => {
-                        pool.set_connect_options(new);
-                        current = read;
-                        reloads.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                        tracing::info!(
-                            event = "database_password_reloaded",
-                            file = %dsn.password_file.as_deref().unwrap_or(std::path::Path::new("")).display(),
-                            "the database password file changed: new connections use the new password, open ones are kept until renewed (database.pool_max_lifetime)"
-                        );
-                    }
-                    Err(e) => {
-                        tracing::warn!(event = "database_password_unreadable", error = %e, "the database password file changed but cannot be used; new connections keep the previous password")
-                    }
-                }
+        let new = match (self.options)(&self.dsn, read.as_deref()) {
+            Ok(new) => new,
+            Err(e) => {
+                tracing::warn!(event = "database_password_unreadable", error = %e, "the database password file changed but cannot be used; new connections keep the previous password");
+                return;
             }
-            Err(e) if !unreadable => {
-                unreadable = true;
-                tracing::warn!(
-                    event = "database_password_unreadable",
-                    file = %dsn.password_file.as_deref().unwrap_or(std::path::Path::new("")).display(),
-                    error = %e,
-                    "cannot read the database password file; new connections keep the previous password"
-                );
+        };
+        match PgConnection::connect_with(&new).await {
+            Ok(probe) => drop(probe.close().await),
+            Err(e) if password_refused(&e) => {
+                if state.refused != read {
+                    state.refused = read;
+                    tracing::info!(
+                        event = "database_password_not_yet_accepted",
+                        file = %file.display(),
+                        "the database password file changed, but PostgreSQL refuses its password (the role not altered yet?): new connections keep the previous password, and the file's is tried again every 5 s and at the first refusal of the previous"
+                    );
+                }
+                return;
             }
-            Err(_) => {}
+            // The database unreachable: nothing learnt; the next check or refusal tries again.
+            Err(_) => return,
         }
+        self.pool.set_connect_options(new);
+        self.dsn.accept(read.clone());
+        state.current = read;
+        state.refused = None;
+        self.reloads.fetch_add(1, Ordering::Relaxed);
+        tracing::info!(
+            event = "database_password_reloaded",
+            file = %file.display(),
+            "the database password file changed and PostgreSQL accepts it: new connections use the new password, open ones are kept until renewed (database.pool_max_lifetime)"
+        );
+    }
+}
+
+/// Checks the file every [`PASSWORD_RECHECK`]; ends when the pool is closed or the last clone of
+/// its ledger dropped (`PasswordRefresh` aborts it).
+pub(crate) async fn keep_password_fresh(password: Arc<PoolPassword>) {
+    loop {
+        tokio::time::sleep(PASSWORD_RECHECK).await;
+        if password.pool.is_closed() {
+            return;
+        }
+        password.follow_file().await;
     }
 }
 

@@ -44,8 +44,9 @@ pub const RUNTIME_GRANTS: &str = include_str!("runtime_grants.sql");
 pub async fn run_migrations_granting(dsn: &crate::Dsn, runtime_role: Option<&str>) -> Result<i32> {
     // Named apart from the serving pool's "load-control": an operator (or the upgrade test)
     // tells the migration's lock waits from NiFi's in pg_stat_activity.
-    let options = dsn.options()?.application_name(APPLICATION_NAME);
-    let mut conn = PgConnection::connect_with(&options).await?;
+    let mut conn = dsn
+        .connect_shaped(|o| o.application_name(APPLICATION_NAME))
+        .await?;
     // Polled, not waited for: a session waiting in `pg_advisory_lock` is a transaction in flight,
     // which a CREATE INDEX CONCURRENTLY of the holder waits for, while it waits for the holder's
     // lock (a deadlock, seen with four migrators at once).

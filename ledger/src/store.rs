@@ -60,8 +60,8 @@ pub struct Ledger {
     pub(crate) owner: crate::owner::OwnerGate,
     /// The highest epoch and ledger clock this process has seen (`ops::continuity`).
     pub(crate) continuity: std::sync::Arc<crate::continuity::Continuity>,
-    /// How often the pool took a new password from `database.password_file`.
-    pub(crate) password_reloads: std::sync::Arc<std::sync::atomic::AtomicU64>,
+    /// The pool's password following `database.password_file` (none without one).
+    pub(crate) password: Option<std::sync::Arc<crate::dsn::PoolPassword>>,
     /// The task that keeps the pool's password equal to the file's, ended with the last clone.
     password_refresh: Option<std::sync::Arc<PasswordRefresh>>,
 }
@@ -89,7 +89,7 @@ impl Ledger {
             schema: Default::default(),
             owner: Default::default(),
             continuity: Default::default(),
-            password_reloads: Default::default(),
+            password: None,
             password_refresh: None,
         }
     }
@@ -129,13 +129,14 @@ impl Ledger {
         if dsn.password_file.is_some()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
-            let task = runtime.spawn(crate::dsn::keep_password_fresh(
+            let password = std::sync::Arc::new(crate::dsn::PoolPassword::new(
                 ledger.pool.clone(),
                 dsn,
                 password,
                 Self::connect_options,
-                ledger.password_reloads.clone(),
             ));
+            ledger.password = Some(password.clone());
+            let task = runtime.spawn(crate::dsn::keep_password_fresh(password));
             ledger.password_refresh =
                 Some(std::sync::Arc::new(PasswordRefresh(task.abort_handle())));
         }
@@ -193,14 +194,51 @@ impl Ledger {
         const BEGIN_ATTEMPTS: u32 = 3;
         let mut attempt = 1;
         loop {
+            let password = self.password_generation();
             match self.pool.begin().await {
                 Err(e) if attempt < BEGIN_ATTEMPTS && connection_lost(&e) => {
                     tracing::info!(event = "db_connection_lost", error = %e, "a pooled connection was closed by its server; retrying on a new one");
                     self.retirement.retire_all(DatabaseFault::of(&e));
                     attempt += 1;
                 }
+                Err(e)
+                    if attempt < BEGIN_ATTEMPTS
+                        && self.password_taken_after(&e, password).await =>
+                {
+                    attempt += 1;
+                }
                 other => return other,
             }
+        }
+    }
+
+    /// A pooled connection, for one statement on its own (`alone!`); see [`Ledger::begin`].
+    pub(crate) async fn acquire(
+        &self,
+    ) -> Result<sqlx::pool::PoolConnection<sqlx::Postgres>, sqlx::Error> {
+        let password = self.password_generation();
+        match self.pool.acquire().await {
+            Err(e) if self.password_taken_after(&e, password).await => self.pool.acquire().await,
+            other => other,
+        }
+    }
+
+    /// Which password the pool has (how many it took before it).
+    fn password_generation(&self) -> u64 {
+        self.password.as_ref().map_or(0, |p| p.generation())
+    }
+
+    /// `e` is PostgreSQL refusing the password the pool had at `generation`, and the pool has
+    /// taken the file's newer one since, or takes it now (a rotation reached PostgreSQL before this
+    /// process took the file's new password): the caller may try again, once. A password refused
+    /// for any other reason costs no second attempt.
+    async fn password_taken_after(&self, e: &sqlx::Error, generation: u64) -> bool {
+        match &self.password {
+            Some(password) if crate::dsn::password_refused(e) => {
+                password.follow_file().await;
+                password.generation() != generation
+            }
+            _ => false,
         }
     }
 
@@ -262,8 +300,7 @@ impl Ledger {
 
     /// How often the pool took a new password from `database.password_file` since it started.
     pub fn password_reloads(&self) -> u64 {
-        self.password_reloads
-            .load(std::sync::atomic::Ordering::Relaxed)
+        self.password_generation()
     }
 
     /// Readiness (§4.23, **[v1-ext]** "can write"): one transaction that writes a WAL record and

@@ -83,7 +83,7 @@ macro_rules! alone {
             }
             attempt += 1;
             let outcome: $crate::error::LedgerResult<_> = async {
-                let mut pooled = ledger.pool.acquire().await?;
+                let mut pooled = ledger.acquire().await?;
                 let $conn: &mut sqlx::PgConnection = &mut pooled;
                 $body.await
             }

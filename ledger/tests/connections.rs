@@ -188,8 +188,9 @@ async fn warm_connections_and_a_closed_one_is_replaced_without_an_error() {
 
 /// A password rotated under a running pool (issue 41 item 5): PostgreSQL keeps the sessions it
 /// authenticated, so the open connections go on; a new connection needs the new password, which
-/// the pool takes from `database.password_file` without a restart. The role signs in with SCRAM
-/// (scripts/pg-up trusts every other role).
+/// the pool takes from `database.password_file` without a restart. Rotated role first, new
+/// connections are refused until the file has the new password; rotated file first, none is.
+/// The role signs in with SCRAM (scripts/pg-up trusts every other role).
 #[tokio::test]
 async fn a_rotated_password_is_taken_from_its_file_without_a_restart() {
     const ROLE: &str = "lc_password_rotation";
@@ -288,5 +289,39 @@ async fn a_rotated_password_is_taken_from_its_file_without_a_restart() {
         runs, 4,
         "every accepted write is in the ledger, the refused one is not"
     );
+
+    // The order the runbook gives, the Secret first and then the role: no write is refused.
+    // While PostgreSQL refuses the file's new password, the pool and the dedicated connections
+    // keep the one it accepts (the checks every 5 s try the new one and are refused)...
+    std::fs::write(&file, "third-password\n").unwrap();
+    let until = std::time::Instant::now() + ledger::dsn::PASSWORD_RECHECK * 2;
+    let mut written = 0;
+    while std::time::Instant::now() < until {
+        terminate().fetch_one(&mut admin).await.unwrap();
+        ledger
+            .create_run(&new_run(&format!("file ahead {written}")))
+            .await
+            .unwrap();
+        dsn.connect().await.unwrap().close().await.unwrap();
+        written += 1;
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    assert_eq!(ledger.password_reloads(), 1, "a refused password was taken");
+    // ...and the first refusal of the old one, once the role has the new, takes the new at once.
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER ROLE {ROLE} PASSWORD 'third-password'"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    assert!(terminate().fetch_one(&mut admin).await.unwrap() >= 1);
+    ledger.create_run(&new_run("role altered")).await.unwrap();
+    assert_eq!(ledger.password_reloads(), 2);
+    dsn.connect().await.unwrap().close().await.unwrap();
+    let (runs,): (i64,) = sqlx::query_as("SELECT count(*) FROM nifi_ops.load_run")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    assert_eq!(runs, 4 + written + 1);
     std::fs::remove_dir_all(&dir).unwrap();
 }

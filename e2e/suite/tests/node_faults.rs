@@ -2348,3 +2348,157 @@ async fn the_ledger_restored_from_a_backup_under_load() {
     r.k(&["delete", "loadjob", "faults", "--wait=false"]);
     r.remove().await;
 }
+
+/// Issue 41 item 5: the database password rotated under NiFi load as the runbook says, the Secret
+/// first and then the role. The release signs in as `lc_password_rotation` (SCRAM; every other
+/// role on the node's PostgreSQL is trusted) with `database.passwordKey`; its pools renew their
+/// connections every 5 s (`database.pool_max_lifetime`), so every one of them signs in again
+/// while the Secret is ahead of the role, and again after the role changed. NiFi must see no
+/// failed call, and afterwards every connection of the role must have signed in with the new
+/// password, in both containers of both pods, without a restart.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_database_password_rotated_under_load() {
+    const JOB: &str = "NODE_PASSWORD";
+    const ROLE: &str = "lc_password_rotation";
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("password", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    let mut admin = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+    let database = r.ledger_url.rsplit_once('/').unwrap().1.to_string();
+    for sql in [
+        format!(
+            "DO $$ BEGIN CREATE ROLE {ROLE} LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        ),
+        format!("ALTER ROLE {ROLE} PASSWORD 'first-password'"),
+        format!("ALTER DATABASE {database} OWNER TO {ROLE}"),
+    ] {
+        sqlx::raw_sql(sqlx::AssertSqlSafe(sql))
+            .execute(&mut admin)
+            .await
+            .unwrap();
+    }
+    let in_cluster = format!(
+        "{}/{database}",
+        r.node.pg_url_in_cluster().rsplit_once('/').unwrap().0
+    )
+    .replacen("://postgres@", &format!("://{ROLE}@"), 1);
+    assert!(in_cluster.contains(ROLE), "{in_cluster}");
+    let secret = |password: &str| {
+        apply_secret(
+            &r,
+            "lc-db",
+            &[("DATABASE_URL", &in_cluster), ("password", password)],
+        )
+    };
+    secret("first-password");
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
+    r.helm_install_with(
+        "install",
+        &tag,
+        &[
+            "config.recovery.sweeper_interval=2s",
+            "database.passwordKey=password",
+            "config.database.pool_max_lifetime=5s",
+        ],
+    );
+    apply_loadjob(&r, JOB);
+    let before = pods_and_restarts(&r);
+    // NiFi's load goes on until the rotation is over.
+    let stop_file = std::env::temp_dir().join(format!("lc-password-stop-{}", r.ns));
+    let mut sim = r.start_simulation(
+        JOB,
+        &[
+            &["--runs", "300", "--stop-file", stop_file.to_str().unwrap()][..],
+            LOAD,
+        ]
+        .concat(),
+    );
+    load_under_way(&r, &mut sim, JOB, 2).await;
+
+    // Every container of every pod says when it read a password PostgreSQL refuses, and when
+    // it took one.
+    let logged = |events: &[&str]| -> Vec<bool> {
+        r.server_pods()
+            .iter()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| {
+                let pod = p["metadata"]["name"].as_str().unwrap();
+                ["api-server", "operator"].iter().all(|container| {
+                    r.node
+                        .kubectl(&["-n", &r.ns, "logs", pod, "-c", container])
+                        .map(|log| events.iter().any(|event| log.contains(event)))
+                        .unwrap_or(false)
+                })
+            })
+            .collect()
+    };
+    let t0 = Instant::now();
+    secret("second-password");
+    // (Before issue 41 item 5 was finished, the processes took the file's password at once:
+    // `database_password_reloaded` here, and NiFi's calls then failed until the role changed.)
+    await_every_pod("the Secret's new password read", || {
+        logged(&[
+            "database_password_not_yet_accepted",
+            "database_password_reloaded",
+        ])
+    });
+    let secret_seconds = t0.elapsed().as_secs_f64();
+    // Connections keep being renewed with the old password meanwhile; NiFi goes on.
+    let ahead_until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < ahead_until {
+        assert_load_still_running(&mut sim, "the Secret ahead of the role");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let altered_at: chrono::DateTime<chrono::Utc> = sqlx::query_scalar("SELECT now()")
+        .fetch_one(&mut admin)
+        .await
+        .unwrap();
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "ALTER ROLE {ROLE} PASSWORD 'second-password'"
+    )))
+    .execute(&mut admin)
+    .await
+    .unwrap();
+    let t1 = Instant::now();
+    await_every_pod("the new password taken", || {
+        logged(&["database_password_reloaded"])
+    });
+    let taken_seconds = t1.elapsed().as_secs_f64();
+    // Every pooled connection of the role signed in again, with the new password.
+    wait_for(
+        "every pooled connection renewed after the role changed",
+        Duration::from_secs(60),
+        || {
+            let old = tokio::task::block_in_place(|| {
+                tokio::runtime::Handle::current().block_on(
+                    sqlx::query_scalar::<_, i64>(
+                        "SELECT count(*) FROM pg_stat_activity WHERE usename = $1 \
+                           AND application_name = 'load-control' AND backend_start < $2",
+                    )
+                    .bind(ROLE)
+                    .bind(altered_at)
+                    .fetch_one(&mut admin),
+                )
+            })
+            .map_err(anyhow::Error::from)?;
+            Ok((old == 0).then_some(()))
+        },
+    )
+    .unwrap();
+    assert_load_still_running(&mut sim, "the rotation");
+    std::fs::write(&stop_file, "").unwrap();
+    let summary = Release::summary(sim);
+    let _ = std::fs::remove_file(&stop_file);
+    let runs = summary["runs"].as_u64().unwrap() as usize;
+    let why = e2e::nifi::what_went_wrong(&summary);
+    assert!(
+        summary["failed_attempts"].as_object().unwrap().is_empty(),
+        "NiFi saw a failed call while the password was rotated: {why}"
+    );
+    assert_eq!(pods_and_restarts(&r), before, "a container restarted");
+    let figures = json!({
+        "bench": "node_fault_password_rotation",
+        "secret_reached_every_process_seconds": secret_seconds,
+        "new_password_taken_seconds": taken_seconds,
+    });
+    conclude(r, JOB, runs, &summary, figures).await;
+}
