@@ -2502,3 +2502,394 @@ async fn the_database_password_rotated_under_load() {
     });
     conclude(r, JOB, runs, &summary, figures).await;
 }
+
+/// prometheus-operator's ServiceMonitor and PodMonitor kinds, as far as the API server needs to
+/// store the chart's monitors (the schema is prometheus-operator's; this test reads them back).
+const MONITOR_CRDS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: servicemonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: podmonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  scope: Namespaced
+  names: {kind: PodMonitor, listKind: PodMonitorList, plural: podmonitors, singular: podmonitor}
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema: {openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}}
+"#;
+
+/// The Prometheus server scripts/prometheus-build built (`LC_PROMETHEUS_BIN`, set by scripts/test).
+fn prometheus_bin() -> String {
+    let dir = std::env::var("LC_PROMETHEUS_BIN")
+        .expect("LC_PROMETHEUS_BIN (scripts/test sets it from scripts/prometheus-build)");
+    format!("{dir}/prometheus")
+}
+
+/// A key of a Secret of the release's namespace, written to a file of `dir`.
+fn secret_file(r: &Release, dir: &std::path::Path, secret: &str, key: &str) -> String {
+    let value = r.k(&[
+        "get",
+        "secret",
+        secret,
+        "-o",
+        &format!("go-template={{{{index .data \"{key}\" | base64decode}}}}"),
+    ]);
+    assert!(!value.is_empty(), "{secret} has no {key}");
+    let path = dir.join(format!("{secret}-{key}"));
+    std::fs::write(&path, value).unwrap();
+    path.to_string_lossy().into_owned()
+}
+
+/// A scrape job as prometheus-operator generates it from one endpoint of the chart's
+/// ServiceMonitor or PodMonitor: its scheme, path and TLS settings (files from the Secrets it
+/// names), its relabelings, and as targets the release's Ready pods at the container port the
+/// endpoint names.
+fn scrape_job(r: &Release, dir: &std::path::Path, job: &str, endpoint: &Value) -> Value {
+    let port_name = endpoint["port"].as_str().unwrap();
+    let targets: Vec<String> = r
+        .server_pods()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .map(|p| {
+            let port = p["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|c| c["ports"].as_array().cloned().unwrap_or_default())
+                .find(|port| port["name"] == port_name)
+                .unwrap_or_else(|| panic!("no container port {port_name}"))["containerPort"]
+                .as_i64()
+                .unwrap();
+            format!("{}:{port}", p["status"]["podIP"].as_str().unwrap())
+        })
+        .collect();
+    let mut tls = serde_json::Map::new();
+    let t = &endpoint["tlsConfig"];
+    if let Some(name) = t["serverName"].as_str() {
+        tls.insert("server_name".into(), name.into());
+    }
+    if t["insecureSkipVerify"] == true {
+        tls.insert("insecure_skip_verify".into(), true.into());
+    }
+    if let Some(s) = t["ca"]["secret"].as_object() {
+        let file = secret_file(
+            r,
+            dir,
+            s["name"].as_str().unwrap(),
+            s["key"].as_str().unwrap(),
+        );
+        tls.insert("ca_file".into(), file.into());
+    }
+    if let Some(s) = t["cert"]["secret"].as_object() {
+        let file = secret_file(
+            r,
+            dir,
+            s["name"].as_str().unwrap(),
+            s["key"].as_str().unwrap(),
+        );
+        tls.insert("cert_file".into(), file.into());
+    }
+    if let Some(s) = t["keySecret"].as_object() {
+        let file = secret_file(
+            r,
+            dir,
+            s["name"].as_str().unwrap(),
+            s["key"].as_str().unwrap(),
+        );
+        tls.insert("key_file".into(), file.into());
+    }
+    let relabel: Vec<Value> = endpoint["relabelings"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|l| {
+            json!({
+                "action": l["action"],
+                "target_label": l["targetLabel"],
+                "replacement": l["replacement"],
+            })
+        })
+        .collect();
+    json!({
+        "job_name": job,
+        "scheme": endpoint["scheme"].as_str().unwrap_or("http"),
+        "metrics_path": endpoint["path"].as_str().unwrap_or("/metrics"),
+        "tls_config": tls,
+        "static_configs": [{"targets": targets}],
+        "relabel_configs": relabel,
+    })
+}
+
+/// The targets of a running Prometheus: (job, instance, health, last error), once every target
+/// was scraped at least once.
+fn scraped_targets(r: &Release, port: u16) -> Option<Vec<(String, String, String, String)>> {
+    let out = r
+        .node
+        .in_netns("curl")
+        .args([
+            "-s",
+            "--max-time",
+            "3",
+            &format!("http://127.0.0.1:{port}/api/v1/targets"),
+        ])
+        .output()
+        .ok()?;
+    let v: Value = serde_json::from_slice(&out.stdout).ok()?;
+    let targets: Vec<(String, String, String, String)> = v["data"]["activeTargets"]
+        .as_array()?
+        .iter()
+        .map(|t| {
+            (
+                t["labels"]["job"].as_str().unwrap_or_default().to_string(),
+                t["labels"]["instance"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+                t["health"].as_str().unwrap_or_default().to_string(),
+                t["lastError"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    (!targets.is_empty() && targets.iter().all(|t| t.2 != "unknown")).then_some(targets)
+}
+
+/// A PromQL instant query at a running Prometheus: the result's samples (labels, value).
+fn prometheus_query(r: &Release, port: u16, query: &str) -> Vec<(Value, f64)> {
+    let out = r
+        .node
+        .in_netns("curl")
+        .args(["-s", "--max-time", "3", "--get", "--data-urlencode"])
+        .arg(format!("query={query}"))
+        .arg(format!("http://127.0.0.1:{port}/api/v1/query"))
+        .output()
+        .unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    v["data"]["result"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|s| {
+            (
+                s["metric"].clone(),
+                s["value"][1]
+                    .as_str()
+                    .unwrap_or("NaN")
+                    .parse()
+                    .unwrap_or(f64::NAN),
+            )
+        })
+        .collect()
+}
+
+/// Issue 41 item 4: a real Prometheus (built from its Go module) scrapes the API and the operator
+/// on the node, configured from the chart's ServiceMonitor and PodMonitor as prometheus-operator
+/// would, in each TLS mode of the API: plain HTTP; HTTPS verified against the CA under the
+/// Service's name; HTTPS with client certificates required (where a scrape without the client
+/// certificate must fail). Every target the monitors name must be up, with the release label the
+/// alerts select on.
+#[tokio::test(flavor = "multi_thread")]
+async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("scrape", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    r.apply(MONITOR_CRDS);
+    wait_for("the monitor CRDs served", Duration::from_secs(30), || {
+        Ok(r.node
+            .kubectl(&["-n", &r.ns, "get", "servicemonitors,podmonitors"])
+            .ok())
+    })
+    .unwrap();
+    let dir = std::env::temp_dir().join(format!("lc-scrape-{}", r.ns));
+    std::fs::create_dir_all(&dir).unwrap();
+    let host = format!("lc-load-control.{}.svc", r.ns);
+    let ca = testkit::TestCa::new("load-control API CA");
+    let client_ca = testkit::TestCa::new("Prometheus client CA");
+    let (cert, key) = api_certificate(&ca, &host, 2031);
+    let (client_cert, client_key) = api_certificate(&client_ca, "prometheus", 2031);
+    apply_secret(
+        &r,
+        "lc-api-tls",
+        &[
+            ("tls.crt", &cert),
+            ("tls.key", &key),
+            ("ca.crt", &ca.pem),
+            ("client-ca.crt", &client_ca.pem),
+        ],
+    );
+    apply_secret(
+        &r,
+        "lc-prometheus-client",
+        &[("tls.crt", &client_cert), ("tls.key", &client_key)],
+    );
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
+    let modes: [(&str, &[&str]); 3] = [
+        ("plain", &[]),
+        (
+            "tls",
+            &[
+                "secrets.apiTls.existingSecret=lc-api-tls",
+                "serviceMonitor.tls.ca.secret=lc-api-tls",
+                "serviceMonitor.tls.ca.key=ca.crt",
+            ],
+        ),
+        (
+            "mtls",
+            &[
+                "secrets.apiTls.existingSecret=lc-api-tls",
+                "secrets.apiTls.clientCaKey=client-ca.crt",
+                "secrets.apiTls.clientCertRequired=true",
+                "serviceMonitor.tls.ca.secret=lc-api-tls",
+                "serviceMonitor.tls.ca.key=ca.crt",
+                "serviceMonitor.tls.clientCert.secret=lc-prometheus-client",
+            ],
+        ),
+    ];
+    let mut figures = vec![];
+    for (i, (mode, sets)) in modes.iter().enumerate() {
+        let mut all = vec!["serviceMonitor.enabled=true", "serviceMonitor.interval=1s"];
+        all.extend_from_slice(sets);
+        r.helm_install_with(if i == 0 { "install" } else { "upgrade" }, &tag, &all);
+        // The rollout over: two Ready pods of this revision, none terminating.
+        wait_for("the rollout over", Duration::from_secs(180), || {
+            let pods = r.server_pods();
+            Ok((pods.len() == 2
+                && pods.iter().all(|p| {
+                    p["metadata"]["deletionTimestamp"].is_null()
+                        && p["status"]["conditions"].as_array().is_some_and(|c| {
+                            c.iter()
+                                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+                        })
+                }))
+            .then_some(()))
+        })
+        .unwrap();
+        let service_monitor = r.kj(&["get", "servicemonitor", "lc-load-control"]);
+        let pod_monitor = r.kj(&["get", "podmonitor", "lc-load-control-operator"]);
+        let api = &service_monitor["spec"]["endpoints"][0];
+        let operator = &pod_monitor["spec"]["podMetricsEndpoints"][0];
+        let mut jobs = vec![
+            scrape_job(&r, &dir, "api", api),
+            scrape_job(&r, &dir, "operator", operator),
+        ];
+        if *mode == "mtls" {
+            // The same without the client certificate: the API must refuse it.
+            let mut bare = scrape_job(&r, &dir, "api-without-client-certificate", api);
+            bare["tls_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("cert_file");
+            bare["tls_config"]
+                .as_object_mut()
+                .unwrap()
+                .remove("key_file");
+            jobs.push(bare);
+        }
+        assert_eq!(
+            api["scheme"],
+            if *mode == "plain" { "http" } else { "https" },
+            "{api}"
+        );
+        let config = dir.join(format!("prometheus-{mode}.yml"));
+        std::fs::write(
+            &config,
+            serde_yaml::to_string(&json!({
+                "global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+                "scrape_configs": jobs,
+            }))
+            .unwrap(),
+        )
+        .unwrap();
+        let port = 19090;
+        let data = dir.join(format!("tsdb-{mode}"));
+        let started = Instant::now();
+        let mut prometheus = r
+            .node
+            .in_netns(&prometheus_bin())
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!("--storage.tsdb.path={}", data.display()))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.join(format!("prometheus-{mode}.log"))).unwrap())
+            .spawn()
+            .unwrap();
+        let targets = wait_for(
+            &format!("every target scraped ({mode})"),
+            Duration::from_secs(60),
+            || Ok(scraped_targets(&r, port)),
+        );
+        let up = prometheus_query(&r, port, "up");
+        let requests = prometheus_query(&r, port, "sum by (release, job) (lca_requests_total)");
+        let leaders = prometheus_query(&r, port, "sum by (release) (lca_leader)");
+        let _ = prometheus.kill();
+        let _ = prometheus.wait();
+        let targets = targets.unwrap_or_else(|e| {
+            panic!(
+                "{e:#}\n{}",
+                std::fs::read_to_string(dir.join(format!("prometheus-{mode}.log")))
+                    .unwrap_or_default()
+            )
+        });
+        for (job, instance, health, error) in &targets {
+            let want = if job == "api-without-client-certificate" {
+                "down"
+            } else {
+                "up"
+            };
+            assert_eq!(health, want, "{mode}: {job} {instance}: {error}");
+        }
+        assert_eq!(
+            targets.iter().filter(|t| t.2 == "up").count(),
+            4,
+            "{mode}: the API and the operator of both pods: {targets:?}"
+        );
+        assert_eq!(
+            up.iter().filter(|(_, v)| *v == 1.0).count(),
+            4,
+            "{mode}: up: {up:?}"
+        );
+        assert!(
+            up.iter().all(|(l, _)| l["release"] == "lc"),
+            "{mode}: every series carries release=\"lc\": {up:?}"
+        );
+        assert!(
+            requests
+                .iter()
+                .any(|(l, _)| l["job"] == "api" && l["release"] == "lc"),
+            "{mode}: the API's lca_requests_total: {requests:?}"
+        );
+        assert_eq!(
+            leaders.iter().map(|(_, v)| *v).sum::<f64>(),
+            1.0,
+            "{mode}: one leader among the operators: {leaders:?}"
+        );
+        figures.push(json!({
+            "mode": mode,
+            "targets_up": 4,
+            "scraped_within_seconds": started.elapsed().as_secs_f64(),
+            "refused_without_client_certificate": targets.iter().filter(|t| t.2 == "down").map(|t| t.3.clone()).collect::<Vec<_>>(),
+        }));
+    }
+    println!(
+        "{}",
+        json!({"bench": "node_prometheus_scrape", "modes": figures})
+    );
+    eprintln!("prometheus scrape: {figures:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+    r.remove().await;
+}
