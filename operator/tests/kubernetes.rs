@@ -2939,6 +2939,7 @@ fn monitoring_refuses_to_render_without_what_its_tls_mode_needs() {
 #[test]
 fn two_releases_in_one_namespace_alert_on_their_own_series() {
     let selector = regex::Regex::new(r"lca_[a-z_]+\{([^}]*)\}").unwrap();
+    let kube_selector = regex::Regex::new(r"kube_[a-z_]+\{([^}]*)\}").unwrap();
     let mut seen = Vec::new();
     for release in ["a", "b"] {
         let docs = monitoring_render(
@@ -2956,11 +2957,22 @@ fn two_releases_in_one_namespace_alert_on_their_own_series() {
         let mut selectors = Vec::new();
         for r in rule["spec"]["groups"][0]["rules"].as_sequence().unwrap() {
             let expr = r["expr"].as_str().unwrap();
+            // kube-state-metrics' series name the release's Service instead.
+            for c in kube_selector.captures_iter(expr) {
+                let labels = c[1].replace(' ', "");
+                assert!(labels.contains("namespace=\"ns\""), "{expr}");
+                assert!(
+                    labels.contains(&format!("endpoint=\"{release}-load-control\"")),
+                    "{} does not select release {release}'s Service: {expr}",
+                    r["alert"].as_str().unwrap()
+                );
+                selectors.push(labels);
+            }
             let sels: Vec<String> = selector
                 .captures_iter(expr)
                 .map(|c| c[1].replace(' ', ""))
                 .collect();
-            assert!(!sels.is_empty(), "{expr}");
+            assert!(!sels.is_empty() || kube_selector.is_match(expr), "{expr}");
             for s in sels {
                 let labels: Vec<&str> = s.split(',').collect();
                 assert!(labels.contains(&"namespace=\"ns\""), "{expr}");
