@@ -85,12 +85,8 @@ BEGIN
             jsonb_build_object('workerNode', p_worker_node, 'attempt', attempt));
     -- §4.6 step 5 and §5.3 rule 5, last: taken earlier, the run row's lock would be held across
     -- the REISSUE acknowledgement (which can wait behind a sweeper tick), and the run's other
-    -- reports behind it. Never waits: skipped when fresh or when another transaction holds it.
-    UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp()
-     WHERE run_id IN (SELECT r.run_id FROM nifi_ops.load_run r
-                       WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
-                         AND r.heartbeat_at < clock_timestamp() - interval '1 second'
-                         FOR NO KEY UPDATE SKIP LOCKED);
+    -- reports behind it.
+    PERFORM nifi_ops.beat_run(p_run_id);
     partition_status := 'RUNNING';
     claimed := true;
 END

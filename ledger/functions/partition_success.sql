@@ -52,12 +52,7 @@ BEGIN
            AND NOT EXISTS (SELECT 1 FROM after)
          ORDER BY partition_id LIMIT 1 FOR KEY SHARE SKIP LOCKED)
     SELECT EXISTS (SELECT 1 FROM after) OR EXISTS (SELECT 1 FROM before) INTO pinned;
-    -- §5.3 rule 5 (the chunk statement left the run heartbeat to the decision). Never waits:
-    -- skipped when fresh or when another transaction holds the run row's write lock.
-    UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp()
-     WHERE run_id IN (SELECT r.run_id FROM nifi_ops.load_run r
-                       WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
-                         AND r.heartbeat_at < clock_timestamp() - interval '1 second'
-                         FOR NO KEY UPDATE SKIP LOCKED);
+    -- §5.3 rule 5: the chunk statement left the run heartbeat to the decision.
+    PERFORM nifi_ops.beat_run(p_run_id);
 END
 $$;

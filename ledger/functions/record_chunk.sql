@@ -130,15 +130,10 @@ BEGIN
         UPDATE nifi_ops.load_partition p SET heartbeat_at = clock_timestamp()
          WHERE p.run_id = p_run_id AND p.partition_id = p_partition_id;
     END IF;
-    -- §5.3 rule 5 ([v1-ext]): the run's at most once a second and never waiting (skipped when
-    -- another transaction holds its row), and not by a chunk that completes the set, whose
-    -- decision writes it (the success's pin statement).
+    -- §5.3 rule 5: the run's, but not by a chunk that completes the set, whose decision writes it
+    -- (the success's).
     IF files < p_chunk_count THEN
-        UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp()
-         WHERE run_id IN (SELECT r.run_id FROM nifi_ops.load_run r
-                           WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
-                             AND r.heartbeat_at < clock_timestamp() - interval '1 second'
-                             FOR NO KEY UPDATE SKIP LOCKED);
+        PERFORM nifi_ops.beat_run(p_run_id);
     END IF;
     outcome := 'RECORDED';
 END

@@ -34,6 +34,7 @@ macro_rules! functions {
 }
 
 functions!(
+    "beat_run",
     "chunk_gate",
     "claim_partition_v2",
     "complete_extraction",

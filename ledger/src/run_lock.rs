@@ -166,3 +166,14 @@ impl Ledger {
         row.ok_or(LedgerError::RunNotFound)
     }
 }
+
+/// The run's heartbeat, written by a decision that holds its lock (the sweeper's reissue, a
+/// validation's metrics): at once and whatever the status, unlike a NiFi report's
+/// (`nifi_ops.beat_run`, at most once a second and never waiting).
+pub(crate) async fn beat_locked_run(conn: &mut PgConnection, run_id: Uuid) -> Result<()> {
+    sqlx::query("UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1")
+        .bind(run_id)
+        .execute(conn)
+        .await?;
+    Ok(())
+}

@@ -528,3 +528,49 @@ async fn a_new_ledger_under_an_old_lease_did_not_go_back() {
     assert_eq!(ledger.went_back_count(), 0);
     assert_eq!(ledger.advance_clock(&fence).await.unwrap(), 2);
 }
+
+/// The run heartbeat a decision holding the run lock writes (`beat_locked_run`): a validation's
+/// metrics move it at once, whatever its age (a NiFi report's moves it at most once a second).
+#[tokio::test]
+async fn stored_metrics_beat_the_run() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let run = ledger.create_run(&new_run("metrics")).await.unwrap().run_id;
+    let mut conn = db.conn().await;
+    testkit::outside_the_state_machine(
+        &mut conn,
+        "UPDATE nifi_ops.load_run SET status = 'STAGE_VALIDATING', \
+           heartbeat_at = clock_timestamp() - interval '1 hour' WHERE run_id = $1",
+        run,
+    )
+    .await;
+    let heartbeat = || {
+        sqlx::query_scalar::<_, f64>(
+            "SELECT extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
+               FROM nifi_ops.load_run WHERE run_id = $1",
+        )
+        .bind(run)
+    };
+    assert!(heartbeat().fetch_one(&mut conn).await.unwrap() > 3000.0);
+    ledger
+        .store_metrics(
+            run,
+            ledger::MetricStage::Staging,
+            "v1",
+            &[ledger::MetricItem {
+                metric_name: "row_count".into(),
+                expected_value: Some("5".into()),
+                actual_value: Some("5".into()),
+                tolerance: None,
+                result: "PASS".into(),
+                details: Default::default(),
+            }],
+        )
+        .await
+        .unwrap();
+    let age = heartbeat().fetch_one(&mut conn).await.unwrap();
+    assert!(
+        age < 60.0,
+        "the run's heartbeat is {age} s old after its metrics"
+    );
+}

@@ -210,12 +210,7 @@ impl Ledger {
                 .execute(&mut *conn)
                 .await?;
             }
-            sqlx::query(
-                "UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1",
-            )
-            .bind(run_id)
-            .execute(&mut *conn)
-            .await?;
+            crate::run_lock::beat_locked_run(conn, run_id).await?;
             let failing: Vec<&str> = last
                 .iter()
                 .filter(|m| m.result == "FAIL")

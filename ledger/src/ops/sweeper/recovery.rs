@@ -95,7 +95,7 @@ impl Ledger {
                         .await?;
                     c.add("reissue_partition", 1);
                 }
-                sqlx::query("UPDATE nifi_ops.load_run SET heartbeat_at = clock_timestamp() WHERE run_id = $1").bind(run_id).execute(&mut *conn).await?;
+                crate::run_lock::beat_locked_run(conn, run_id).await?;
                 notify_dispatch(conn, &run_id.to_string()).await?;
             } else {
                 let code = if t.recovery_mode == RecoveryMode::Reissue {
