@@ -19,7 +19,7 @@ use std::time::Duration;
 /// How often the pool's password is compared with the file.
 pub const PASSWORD_RECHECK: Duration = Duration::from_secs(5);
 
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct Dsn {
     pub url: String,
     /// A file whose content (one line, surrounding whitespace dropped) replaces the URL's password.
@@ -38,6 +38,30 @@ impl PartialEq for Dsn {
 }
 
 impl Eq for Dsn {}
+
+/// Without any password: the URL's is masked and the accepted one left out.
+impl std::fmt::Debug for Dsn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dsn")
+            .field("url", &masked_password(&self.url))
+            .field("password_file", &self.password_file)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with the password of its user information (`user:password@`) replaced by `***`.
+fn masked_password(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    match rest.split_once('@') {
+        Some((userinfo, host)) if userinfo.contains(':') => {
+            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+            format!("{scheme}://{user}:***@{host}")
+        }
+        _ => url.to_string(),
+    }
+}
 
 impl From<&str> for Dsn {
     fn from(url: &str) -> Dsn {
@@ -89,19 +113,8 @@ impl Dsn {
 
     /// The URL's options with the file's password.
     pub fn options(&self) -> Result<PgConnectOptions, sqlx::Error> {
-        match self.file_password() {
-            Ok(password) => self.options_with(password.as_deref()),
-            Err(e) => Err(sqlx::Error::Configuration(
-                format!(
-                    "database.password_file {}: {e}",
-                    self.password_file
-                        .as_deref()
-                        .unwrap_or(std::path::Path::new(""))
-                        .display()
-                )
-                .into(),
-            )),
-        }
+        let password = self.file_password().map_err(|e| self.unreadable(e))?;
+        self.options_with(password.as_deref())
     }
 
     /// The URL's options with `password` (read from the file) in place of the URL's.
@@ -128,31 +141,55 @@ impl Dsn {
     }
 
     /// A connection, and the password that opened it: the file's, or while PostgreSQL refuses
-    /// that one, the one it last accepted (a rotation half done: the Secret ahead of the role).
+    /// that one (or the file cannot be read), the one this DSN or a clone of it last opened a
+    /// connection with (a rotation half done: the Secret ahead of the role).
     async fn connect_accepted(
         &self,
         shape: impl Fn(PgConnectOptions) -> PgConnectOptions,
     ) -> Result<(PgConnection, Option<String>), sqlx::Error> {
-        let read = self.options()?;
-        let file = self.file_password().ok().flatten();
-        match PgConnection::connect_with(&shape(read)).await {
-            Ok(conn) => {
-                self.accept(file.clone());
-                Ok((conn, file))
+        let previous = self.accepted.lock().expect("not poisoned").clone();
+        let file = match (self.file_password(), &previous) {
+            (Ok(file), _) => file,
+            (Err(e), Some(_)) => {
+                tracing::warn!(event = "database_password_unreadable", error = %e, "cannot read the database password file; connecting with the password last accepted");
+                previous.clone()
             }
-            Err(e) if password_refused(&e) => {
-                let previous = self.accepted.lock().expect("not poisoned").clone();
-                match previous {
-                    Some(previous) if Some(&previous) != file.as_ref() => {
-                        let options = shape(self.options_with(Some(&previous))?);
-                        let conn = PgConnection::connect_with(&options).await?;
-                        Ok((conn, Some(previous)))
-                    }
-                    _ => Err(e),
+            (Err(e), None) => return Err(self.unreadable(e)),
+        };
+        let refused =
+            match PgConnection::connect_with(&shape(self.options_with(file.as_deref())?)).await {
+                Ok(conn) => {
+                    self.accept(file.clone());
+                    return Ok((conn, file));
                 }
+                Err(e) if password_refused(&e) => e,
+                Err(e) => return Err(e),
+            };
+        match previous {
+            Some(previous) if Some(&previous) != file.as_ref() => {
+                tracing::info!(
+                    event = "database_password_previous_used",
+                    "PostgreSQL refuses the database password file's password (the role not altered yet?): connecting with the one it accepted before"
+                );
+                let options = shape(self.options_with(Some(&previous))?);
+                let conn = PgConnection::connect_with(&options).await?;
+                Ok((conn, Some(previous)))
             }
-            Err(e) => Err(e),
+            _ => Err(refused),
         }
+    }
+
+    fn unreadable(&self, e: std::io::Error) -> sqlx::Error {
+        sqlx::Error::Configuration(
+            format!(
+                "database.password_file {}: {e}",
+                self.password_file
+                    .as_deref()
+                    .unwrap_or(std::path::Path::new(""))
+                    .display()
+            )
+            .into(),
+        )
     }
 
     fn accept(&self, password: Option<String>) {
@@ -192,11 +229,18 @@ pub(crate) struct PoolPassword {
     pool: PgPool,
     dsn: Dsn,
     options: fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error>,
-    /// Held across the probe: concurrent refusals wait for one check instead of each probing.
+    /// Held across a check: concurrent refusals wait for one check instead of each probing.
     state: tokio::sync::Mutex<PasswordState>,
     /// How many new passwords the pool took: also which one it has now.
     reloads: AtomicU64,
+    /// How many checks of the file were begun: a caller refused before the last one began takes
+    /// its result instead of checking again (a check begun after a refusal sees the role as
+    /// PostgreSQL had it then).
+    checks: AtomicU64,
 }
+
+/// How long a new password's probe may take (as long as the pool waits for a connection).
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 #[derive(Default)]
 struct PasswordState {
@@ -206,6 +250,8 @@ struct PasswordState {
     unreadable: bool,
     /// A password of the file PostgreSQL refused (logged once per password).
     refused: Option<String>,
+    /// A password of the file that could not be tried (logged once per password).
+    untried: Option<String>,
 }
 
 impl PoolPassword {
@@ -215,7 +261,6 @@ impl PoolPassword {
         current: Option<String>,
         options: fn(&Dsn, Option<&str>) -> Result<PgConnectOptions, sqlx::Error>,
     ) -> PoolPassword {
-        dsn.accept(current.clone());
         PoolPassword {
             pool,
             dsn,
@@ -225,7 +270,13 @@ impl PoolPassword {
                 ..Default::default()
             }),
             reloads: AtomicU64::new(0),
+            checks: AtomicU64::new(0),
         }
+    }
+
+    /// How many checks of the file were made (see [`PoolPassword::follow_file`]).
+    pub(crate) fn checks(&self) -> u64 {
+        self.checks.load(Ordering::Relaxed)
     }
 
     /// How many new passwords the pool took: a caller refused with the password of one
@@ -235,10 +286,16 @@ impl PoolPassword {
     }
 
     /// Compares the pool's password with the file's and takes the file's when PostgreSQL accepts
-    /// it (tried on a connection of its own). A file that cannot be read, or whose password is
-    /// refused, keeps the pool's password.
-    pub(crate) async fn follow_file(&self) {
+    /// it (tried on a connection of its own, for [`PROBE_TIMEOUT`] at most). A file that cannot
+    /// be read, or whose password is refused or cannot be tried, keeps the pool's password.
+    /// `seen` is [`PoolPassword::checks`] when the caller was refused: a check begun since
+    /// answers for it too, so a burst of refusals costs one probe.
+    pub(crate) async fn follow_file(&self, seen: u64) {
         let mut state = self.state.lock().await;
+        if self.checks() != seen {
+            return;
+        }
+        self.checks.fetch_add(1, Ordering::Relaxed);
         let file = self
             .dsn
             .password_file
@@ -269,9 +326,9 @@ impl PoolPassword {
                 return;
             }
         };
-        match PgConnection::connect_with(&new).await {
-            Ok(probe) => drop(probe.close().await),
-            Err(e) if password_refused(&e) => {
+        match tokio::time::timeout(PROBE_TIMEOUT, PgConnection::connect_with(&new)).await {
+            Ok(Ok(probe)) => drop(probe.close().await),
+            Ok(Err(e)) if password_refused(&e) => {
                 if state.refused != read {
                     state.refused = read;
                     tracing::info!(
@@ -282,13 +339,28 @@ impl PoolPassword {
                 }
                 return;
             }
-            // The database unreachable: nothing learnt; the next check or refusal tries again.
-            Err(_) => return,
+            // Nothing learnt (the database unreachable or full): the next check tries again.
+            outcome => {
+                if state.untried != read {
+                    state.untried = read;
+                    let error = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => format!("no connection within {PROBE_TIMEOUT:?}"),
+                    };
+                    tracing::warn!(
+                        event = "database_password_untried",
+                        error = %error,
+                        "the database password file changed, but its password could not be tried: new connections keep the previous password, and it is tried again every 5 s"
+                    );
+                }
+                return;
+            }
         }
         self.pool.set_connect_options(new);
         self.dsn.accept(read.clone());
         state.current = read;
         state.refused = None;
+        state.untried = None;
         self.reloads.fetch_add(1, Ordering::Relaxed);
         tracing::info!(
             event = "database_password_reloaded",
@@ -306,13 +378,27 @@ pub(crate) async fn keep_password_fresh(password: Arc<PoolPassword>) {
         if password.pool.is_closed() {
             return;
         }
-        password.follow_file().await;
+        password.follow_file(password.checks()).await;
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_dsn_shows_no_password() {
+        let dsn = Dsn::new("postgres://u:secret@h:5432/d");
+        dsn.accept(Some("accepted-secret".into()));
+        let shown = format!("{dsn:?}");
+        assert!(!shown.contains("secret"), "{shown}");
+        assert!(shown.contains("postgres://u:***@h:5432/d"), "{shown}");
+        assert_eq!(
+            masked_password("postgres://u@h/d"),
+            "postgres://u@h/d",
+            "no password, nothing masked"
+        );
+    }
 
     #[test]
     fn the_files_password_replaces_the_urls() {

@@ -108,7 +108,7 @@ impl Ledger {
         config: LedgerConfig,
     ) -> Result<Self> {
         let ledger = Self::connect_lazy(url, size, overflow, config)?;
-        drop(ledger.pool.acquire().await?);
+        drop(ledger.acquire().await?);
         Ok(ledger)
     }
 
@@ -229,13 +229,13 @@ impl Ledger {
     }
 
     /// `e` is PostgreSQL refusing the password the pool had at `generation`, and the pool has
-    /// taken the file's newer one since, or takes it now (a rotation reached PostgreSQL before this
-    /// process took the file's new password): the caller may try again, once. A password refused
-    /// for any other reason costs no second attempt.
+    /// taken the file's newer one since, or takes it now (a rotation reached PostgreSQL before
+    /// this process took the file's new password): the caller may try again, once. A password
+    /// refused for any other reason costs no second attempt, and a burst of refusals one check.
     async fn password_taken_after(&self, e: &sqlx::Error, generation: u64) -> bool {
         match &self.password {
             Some(password) if crate::dsn::password_refused(e) => {
-                password.follow_file().await;
+                password.follow_file(password.checks()).await;
                 password.generation() != generation
             }
             _ => false,
@@ -341,7 +341,9 @@ impl Ledger {
 
     /// `SELECT 1`, for readiness probes.
     pub async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        sqlx::query("SELECT 1")
+            .execute(&mut *self.acquire().await?)
+            .await?;
         Ok(())
     }
 

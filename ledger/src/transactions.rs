@@ -126,12 +126,17 @@ impl Ledger {
         self.retirement.retire_all(DatabaseFault::of(e));
         const LOOKS: u32 = 5;
         for look in 1..=LOOKS {
-            let seen: std::result::Result<bool, sqlx::Error> = sqlx::query_scalar(
-                "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_event WHERE event_id = $1)",
-            )
-            .bind(event_id)
-            .fetch_one(&self.pool)
-            .await;
+            let seen: std::result::Result<bool, sqlx::Error> = match self.acquire().await {
+                Ok(mut conn) => {
+                    sqlx::query_scalar(
+                        "SELECT EXISTS (SELECT 1 FROM nifi_ops.load_event WHERE event_id = $1)",
+                    )
+                    .bind(event_id)
+                    .fetch_one(&mut *conn)
+                    .await
+                }
+                Err(e) => Err(e),
+            };
             if let Ok(true) = seen {
                 if !self.durable_here().await {
                     tracing::warn!(event = "commit_not_durable", error = %e, %event_id,
@@ -161,7 +166,7 @@ impl Ledger {
     /// connection out of the pool (it would hold a slot until the standby returns).
     pub(crate) async fn durable_here(&self) -> bool {
         let barrier = async {
-            let mut conn = self.pool.acquire().await?.detach();
+            let mut conn = self.acquire().await?.detach();
             let standby: bool = sqlx::query_scalar("SELECT pg_is_in_recovery()")
                 .fetch_one(&mut conn)
                 .await?;

@@ -118,7 +118,7 @@ impl Ledger {
         limit: i64,
     ) -> Result<Vec<CleanupCandidate>> {
         let limit = limit.min(self.config.cleanup_max_batch);
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let t: JobThresholds = self.job_thresholds(&mut conn).await?;
         let g = &self.config.thresholds;
         let q = match job_key {

@@ -124,7 +124,7 @@ impl Ledger {
         &self,
         d: &LeasedDispatch,
     ) -> Result<Result<DispatchRequest, String>> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let jobs = self.job_thresholds(&mut conn).await?;
         let settings = jobs.of(&d.job_key, &self.config.thresholds).clone();
         let Some(receiver) = settings.receiver_url.clone() else {
@@ -262,7 +262,7 @@ impl Ledger {
     /// Raw outbox and run counts for the operator's gauges, and the database's transaction-id and
     /// MultiXact ages (no fence: read-only). Every part is index-served: see [`RUN_COUNTS`].
     pub async fn backlog_gauges(&self) -> Result<Gauges> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let dispatches = sqlx::query_as(super::monitor::DISPATCH_COUNTS)
             .fetch_all(&mut *conn)
             .await?;

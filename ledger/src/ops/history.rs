@@ -138,7 +138,7 @@ impl Ledger {
         let due: Vec<(Uuid, String)> = sqlx::query_as(DUE_RUNS)
             .bind(retention)
             .bind(i64::from(self.config.history.batch))
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.acquire().await?)
             .await?;
         for (run_id, status) in due {
             match self

@@ -211,7 +211,7 @@ impl Ledger {
             "SELECT job_key, source FROM nifi_ops.load_job \
               WHERE removed_at IS NULL AND source LIKE 'LoadJob/%' ORDER BY job_key",
         )
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *self.acquire().await?)
         .await?)
     }
 
@@ -222,19 +222,19 @@ impl Ledger {
         let mut s = JobSummary::default();
         (s.active_runs,) = sqlx::query_as(JOB_ACTIVE_COUNT.as_str())
             .bind(job_key)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.acquire().await?)
             .await?;
         s.active_run = sqlx::query_as(JOB_ACTIVE_RUN.as_str())
             .bind(job_key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.acquire().await?)
             .await?;
         s.last_run = sqlx::query_as(JOB_LAST_RUN.as_str())
             .bind(job_key)
-            .fetch_optional(&self.pool)
+            .fetch_optional(&mut *self.acquire().await?)
             .await?;
         (s.succeeded, s.failed, s.cancelled) = sqlx::query_as(JOB_RECENT_COUNTS.as_str())
             .bind(job_key)
-            .fetch_one(&self.pool)
+            .fetch_one(&mut *self.acquire().await?)
             .await?;
         Ok(s)
     }
@@ -253,7 +253,7 @@ impl Ledger {
             None => {
                 sqlx::query_as(MIRRORED_RUNS_FIRST)
                     .bind(limit)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.acquire().await?)
                     .await?
             }
             Some((started, run)) => {
@@ -261,7 +261,7 @@ impl Ledger {
                     .bind(limit)
                     .bind(started)
                     .bind(run)
-                    .fetch_all(&self.pool)
+                    .fetch_all(&mut *self.acquire().await?)
                     .await?
             }
         })
@@ -272,7 +272,7 @@ impl Ledger {
     pub async fn mirrored_runs_by_id(&self, ids: &[uuid::Uuid]) -> Result<Vec<MirroredRun>> {
         Ok(sqlx::query_as(mirrored_runs_sql!("r.run_id = ANY($1)", ""))
             .bind(ids)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.acquire().await?)
             .await?)
     }
 }

@@ -53,7 +53,7 @@ impl Ledger {
         Ok(
             sqlx::query_as("SELECT epoch, holder FROM nifi_ops.leader_epoch WHERE name = $1")
                 .bind(LEADER_NAME)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&mut *self.acquire().await?)
                 .await?,
         )
     }

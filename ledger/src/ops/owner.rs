@@ -56,7 +56,7 @@ impl Ledger {
         let Some(ours) = &self.owner.installation else {
             return Ok(());
         };
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let found = foreign_claim(&mut conn, ours).await;
         self.remember(found)
     }

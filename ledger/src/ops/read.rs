@@ -157,7 +157,7 @@ impl Ledger {
             .bind(f.status.map(|s| s.as_str()))
             .bind(f.limit)
             .persistent(false)
-            .fetch_all(&self.pool)
+            .fetch_all(&mut *self.acquire().await?)
             .await?)
     }
 

@@ -16,7 +16,7 @@ impl Ledger {
     /// The database's schema version, read now (and remembered for the writes that follow).
     pub async fn schema_version(&self) -> Result<i32> {
         let outcome: Result<i32> = async {
-            let mut conn = self.pool.acquire().await?;
+            let mut conn = self.acquire().await?;
             Ok(read_version(&mut conn).await?)
         }
         .await;
