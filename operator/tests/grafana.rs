@@ -323,13 +323,8 @@ const fn quiet(
     series: &'static [(&'static str, &'static str)],
 ) -> AlertCase {
     AlertCase {
-        alert,
-        why,
-        at,
-        series,
         fires: false,
-        labels: &[],
-        value: "",
+        ..fires(alert, why, at, series)
     }
 }
 

@@ -2586,32 +2586,16 @@ fn scrape_job(r: &Release, dir: &std::path::Path, job: &str, endpoint: &Value) -
     if t["insecureSkipVerify"] == true {
         tls.insert("insecure_skip_verify".into(), true.into());
     }
-    if let Some(s) = t["ca"]["secret"].as_object() {
-        let file = secret_file(
-            r,
-            dir,
-            s["name"].as_str().unwrap(),
-            s["key"].as_str().unwrap(),
-        );
-        tls.insert("ca_file".into(), file.into());
-    }
-    if let Some(s) = t["cert"]["secret"].as_object() {
-        let file = secret_file(
-            r,
-            dir,
-            s["name"].as_str().unwrap(),
-            s["key"].as_str().unwrap(),
-        );
-        tls.insert("cert_file".into(), file.into());
-    }
-    if let Some(s) = t["keySecret"].as_object() {
-        let file = secret_file(
-            r,
-            dir,
-            s["name"].as_str().unwrap(),
-            s["key"].as_str().unwrap(),
-        );
-        tls.insert("key_file".into(), file.into());
+    // A key of a Secret, as prometheus-operator's SecretKeySelector names it, becomes a file.
+    for (field, selector) in [
+        ("ca_file", &t["ca"]["secret"]),
+        ("cert_file", &t["cert"]["secret"]),
+        ("key_file", &t["keySecret"]),
+    ] {
+        if let Some(s) = selector.as_object() {
+            let (name, key) = (s["name"].as_str().unwrap(), s["key"].as_str().unwrap());
+            tls.insert(field.into(), secret_file(r, dir, name, key).into());
+        }
     }
     let relabel: Vec<Value> = endpoint["relabelings"]
         .as_array()
