@@ -1043,7 +1043,14 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
                     ])
                 });
                 let (mut evicted_at, mut handover) = (None::<Instant>, None::<Duration>);
-                while !drain.is_finished() {
+                // The drain may return before the standby's next retry has taken the released
+                // Lease (the pod is gone once it released): the watch goes on for the handover.
+                let watching = |evicted_at: Option<Instant>, handover: Option<Duration>| {
+                    !drain.is_finished()
+                        || (handover.is_none()
+                            && evicted_at.is_some_and(|at| at.elapsed() < Duration::from_secs(30)))
+                };
+                while watching(evicted_at, handover) {
                     let marked = r
                         .server_pods()
                         .iter()

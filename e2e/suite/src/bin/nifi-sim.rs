@@ -274,7 +274,9 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     .await?;
     eprintln!("nifi-sim: PG-05 listening on {}", sim.receiver_addr());
     let summary = sim.run().await;
-    println!("{}", serde_json::to_string(&summary)?);
+    // Written, not printed: a reader gone (its test failed) is an error here, not a panic.
+    use std::io::Write as _;
+    writeln!(std::io::stdout(), "{}", serde_json::to_string(&summary)?)?;
     Ok(summary.anomalies.is_empty()
         && summary.gave_up.is_empty()
         && summary.unfinished.is_empty()
