@@ -78,11 +78,9 @@ BEGIN
          WHERE d.run_id = p_run_id AND d.partition_id = p_partition_id
            AND d.dispatch_type = 'REISSUE_PARTITION' AND d.status <> 'ACKED';
     END IF;
-    INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key,
-                                     partition_id, process_group, processor_name, details)
-    VALUES (p_event_id, 'INFO', 'PARTITION_STARTED', p_run_id, v_job_key, v_business_key,
-            p_partition_id, 'LOAD_CONTROL_API', 'partition_started',
-            jsonb_build_object('workerNode', p_worker_node, 'attempt', attempt));
+    PERFORM nifi_ops.record_event(p_event_id, 'INFO', 'PARTITION_STARTED', NULL, p_run_id, v_job_key,
+                                  v_business_key, p_partition_id, NULL, NULL, NULL, NULL, NULL,
+                                  jsonb_build_object('workerNode', p_worker_node, 'attempt', attempt));
     -- §4.6 step 5 and §5.3 rule 5, last: taken earlier, the run row's lock would be held across
     -- the REISSUE acknowledgement (which can wait behind a sweeper tick), and the run's other
     -- reports behind it.

@@ -12,30 +12,40 @@ DECLARE
     v_job_key text;
     v_business_key text;
     v_source_count bigint;
+    v_rows bigint;
+    v_changed boolean;
 BEGIN
-    UPDATE nifi_ops.load_run r
-       SET status = 'EXTRACTED_VALIDATED', success_partition_count = p.ok, extracted_count = p.rows,
-           extract_completed_at = clock_timestamp(), heartbeat_at = clock_timestamp(),
-           version_no = r.version_no + 1
-      FROM (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
+    -- Complete: every partition a SUCCESS and their rows the source count, read from one
+    -- snapshot; the status change itself is nifi_ops.transition's CAS, which stores the recount
+    -- of successes (tr_load_run_success_recount) and wakes the mirror.
+    SELECT r.job_key, r.business_key, r.source_count, p.rows
+      INTO v_job_key, v_business_key, v_source_count, v_rows
+      FROM nifi_ops.load_run r,
+           (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
                    COALESCE(sum(actual_row_count), 0) AS rows
               FROM nifi_ops.load_partition WHERE run_id = p_run_id) p
      WHERE r.run_id = p_run_id AND r.status = 'EXTRACTING'
        AND p.n = r.expected_partition_count AND p.ok = r.expected_partition_count
-       AND p.rows = r.source_count
-    RETURNING r.job_key, r.business_key, r.source_count INTO v_job_key, v_business_key, v_source_count;
+       AND p.rows = r.source_count;
     IF NOT FOUND THEN
         RETURN false;
     END IF;
-    -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row, the mirror the status.
-    PERFORM pg_notify('load_dispatch', p_run_id::text), pg_notify('load_run', p_run_id::text);
+    SELECT t.changed INTO v_changed
+      FROM nifi_ops.transition(p_run_id, 'EXTRACTING', 'EXTRACTED_VALIDATED', 'keep',
+                               NULL, NULL, NULL) t;
+    IF NOT v_changed THEN
+        RETURN false;
+    END IF;
+    UPDATE nifi_ops.load_run SET extracted_count = v_rows, extract_completed_at = clock_timestamp()
+     WHERE run_id = p_run_id;
+    -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row.
+    PERFORM pg_notify('load_dispatch', p_run_id::text);
     INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type)
     VALUES (p_dispatch_id, p_run_id, 'VALIDATE_RUN')
     ON CONFLICT (run_id) WHERE dispatch_type = 'VALIDATE_RUN' DO NOTHING;
-    INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key,
-                                     process_group, processor_name, row_count, details)
-    VALUES (p_event_id, 'INFO', 'EXTRACT_VALIDATED', p_run_id, v_job_key, v_business_key,
-            'LOAD_CONTROL_API', 'extract_validated', v_source_count, '{}'::jsonb);
+    PERFORM nifi_ops.record_event(p_event_id, 'INFO', 'EXTRACT_VALIDATED', NULL, p_run_id, v_job_key,
+                                  v_business_key, NULL, NULL, v_source_count, NULL, NULL, NULL,
+                                  '{}'::jsonb);
     RETURN true;
 END
 $$;

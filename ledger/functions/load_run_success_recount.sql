@@ -6,8 +6,7 @@
 CREATE OR REPLACE FUNCTION nifi_ops.load_run_success_recount() RETURNS trigger
     LANGUAGE plpgsql VOLATILE AS $$
 BEGIN
-    NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p
-                                     WHERE p.run_id = NEW.run_id AND p.status = 'SUCCESS');
+    NEW.success_partition_count := nifi_ops.run_success_count(NEW.run_id);
     RETURN NEW;
 END
 $$;

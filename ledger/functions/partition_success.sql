@@ -30,11 +30,9 @@ BEGIN
     IF NOT won THEN
         RETURN;
     END IF;
-    INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key,
-                                     partition_id, process_group, processor_name, row_count, details)
-    VALUES (p_event_id, 'INFO', 'PARTITION_SUCCESS', p_run_id, p_job_key, p_business_key,
-            p_partition_id, 'LOAD_CONTROL_API', 'partition_success', p_rows,
-            jsonb_build_object('files', p_files, 'bytes', p_bytes));
+    PERFORM nifi_ops.record_event(p_event_id, 'INFO', 'PARTITION_SUCCESS', NULL, p_run_id, p_job_key,
+                                  p_business_key, p_partition_id, NULL, p_rows, NULL, NULL, NULL,
+                                  jsonb_build_object('files', p_files, 'bytes', p_bytes));
     -- The pin: the first unfinished sibling after this partition (then before it) that no other
     -- transaction holds. `FOR KEY SHARE SKIP LOCKED` skips a row a report or a claim holds FOR
     -- UPDATE and re-checks a row updated since this statement's snapshot on its newest version.

@@ -58,11 +58,9 @@ BEGIN
         IF NOT v_won THEN
             RAISE EXCEPTION 'run % changed under FOR UPDATE', p_run_id;
         END IF;
-        INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key,
-                                         process_group, processor_name, details)
-        VALUES (p_event_id, 'INFO', 'STAGE_VALIDATION_STARTED', p_run_id, job_key, business_key,
-                'LOAD_CONTROL_API', 'stage_validation_started',
-                jsonb_build_object('dispatchId', p_dispatch_id, 'node', p_node));
+        PERFORM nifi_ops.record_event(p_event_id, 'INFO', 'STAGE_VALIDATION_STARTED', NULL, p_run_id,
+                                      job_key, business_key, NULL, NULL, NULL, NULL, NULL, NULL,
+                                      jsonb_build_object('dispatchId', p_dispatch_id, 'node', p_node));
     ELSIF NOT EXISTS (SELECT 1 FROM nifi_ops.load_event e
                        WHERE e.event_id = p_event_id AND e.run_id = p_run_id
                          AND e.event_name = 'STAGE_VALIDATION_STARTED') THEN

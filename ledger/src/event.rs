@@ -154,16 +154,12 @@ impl Event {
         event_id
     }
 
+    /// Inserts the row through `nifi_ops.record_event`, the one writer of event rows (its
+    /// conventions: the process group, the processor named after the event).
     pub async fn insert(self, conn: &mut PgConnection) -> Result<()> {
-        let processor = self
-            .processor_name
-            .map(str::to_string)
-            .unwrap_or_else(|| self.name.to_lowercase());
         let event_id = Event::id_of_commit();
         sqlx::query(
-            "INSERT INTO nifi_ops.load_event (event_id, event_level, event_name, run_id, job_key, business_key, \
-               partition_id, process_group, processor_name, attempt_no, row_count, error_class, error_code, message, details) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, 'LOAD_CONTROL_API', $8, $9, $10, $11, $12, $13, $14)",
+            "SELECT nifi_ops.record_event($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)",
         )
         // Time-ordered (UUID v7, monotonic within the process): inserts append to the right edge
         // of the primary key instead of dirtying a random leaf each, and events that tie on
@@ -171,11 +167,11 @@ impl Event {
         .bind(event_id)
         .bind(self.level.as_str())
         .bind(self.name)
+        .bind(self.processor_name)
         .bind(self.run_id)
         .bind(self.job_key)
         .bind(self.business_key)
         .bind(self.partition_id)
-        .bind(processor)
         .bind(self.attempt_no)
         .bind(self.row_count)
         .bind(self.error_class)

@@ -25,7 +25,9 @@ pub struct ServerFunction {
 macro_rules! functions {
     ($($name:literal),+ $(,)?) => {
         /// Every file of `ledger/functions/` (ledger/tests/schema_version.rs holds the list to the
-        /// directory), in the order `migrate` applies them.
+        /// directory), in the order `migrate` applies them: a function after every function it
+        /// calls, so that none is ever called missing or in an older form by a request served
+        /// while `migrate` runs.
         pub const SERVER_FUNCTIONS: &[ServerFunction] = &[$(ServerFunction {
             name: $name,
             sql: include_str!(concat!("../functions/", $name, ".sql")),
@@ -36,15 +38,17 @@ macro_rules! functions {
 functions!(
     "beat_run",
     "chunk_gate",
+    "record_event",
+    "run_success_count",
+    "transition",
+    "load_run_transition_allowed",
+    "load_run_success_recount",
     "claim_partition_v2",
     "complete_extraction",
-    "load_run_success_recount",
-    "load_run_transition_allowed",
     "partition_success",
     "record_chunk",
     "report_chunk_v2",
     "start_validation_v2",
-    "transition",
 );
 
 /// Who `migrate` says applied a function.

@@ -235,6 +235,32 @@ fn no_file_of_product_code_is_over_600_lines() {
     );
 }
 
+/// One writer of event rows: `nifi_ops.record_event` holds their conventions (process group,
+/// processor), and `Event::insert` and every server-side function call it. Seen failing with
+/// `Event::insert`'s former INSERT put back.
+#[test]
+fn every_event_row_is_written_by_record_event() {
+    let by_hand = |text: &str| text.to_lowercase().contains("insert into nifi_ops.load_event");
+    assert!(by_hand("INSERT INTO nifi_ops.load_event (event_id) VALUES ($1)"));
+    let mut writers = vec![];
+    for krate in PRODUCT_CRATES {
+        for f in rust_files(&repo().join(krate).join("src")) {
+            if by_hand(&product_lines(&std::fs::read_to_string(&f).unwrap()).join("\n")) {
+                writers.push(f.strip_prefix(repo()).unwrap().display().to_string());
+            }
+        }
+    }
+    for (file, sql) in function_files() {
+        if file != "ledger/functions/record_event.sql" && by_hand(&sql) {
+            writers.push(file);
+        }
+    }
+    assert!(
+        writers.is_empty(),
+        "event rows inserted by hand (call nifi_ops.record_event): {writers:?}"
+    );
+}
+
 /// The module a file is (`store`, `ops::owner`, `ops::sweeper` for `ops/sweeper/mod.rs`; the
 /// crate root is "").
 fn module_of(src: &Path, file: &Path) -> String {

@@ -910,9 +910,9 @@ fn parenthesized(text: &str) -> Option<&str> {
 }
 
 /// The server-side functions of `nifi_ops` as `ledger/functions/` defines them (what `migrate`
-/// applies after the migrations), with the events they write: the literal `event_name` of each
-/// `INSERT INTO nifi_ops.load_event (…) VALUES (…)` in the function's body. An event name that is
-/// not a literal fails here: the mapping could not see it.
+/// applies after the migrations), with the events they write: the literal event name of each
+/// `nifi_ops.record_event(…)` call in the function's body. An event name that is not a literal
+/// fails here (the mapping could not see it), and so does an event row inserted by hand.
 fn sql_functions() -> BTreeMap<String, BTreeSet<String>> {
     sql_function_bodies()
         .into_iter()
@@ -939,26 +939,25 @@ fn sql_function_bodies() -> BTreeMap<String, Function> {
             let rest = &sql[at + marker.len()..];
             let name = &rest[..rest.find('(').expect("a function has parameters")];
             let body = rest.split("$$").nth(1).expect("a function body in $$ … $$");
+            // Every event row goes through nifi_ops.record_event (its conventions in one place):
+            // a row inserted by hand anywhere else fails here.
+            assert!(
+                name == "record_event" || !body.contains("INSERT INTO nifi_ops.load_event"),
+                "nifi_ops.{name} inserts an event row by hand: call nifi_ops.record_event"
+            );
             let mut events = BTreeSet::new();
-            for (i, insert) in body.match_indices("INSERT INTO nifi_ops.load_event") {
-                let after = &body[i + insert.len()..];
-                let columns = parenthesized(after).expect("an event insert names its columns");
-                let values_at = after.find("VALUES").expect("an event insert has VALUES");
-                let values = parenthesized(&after[values_at + "VALUES".len()..])
-                    .expect("an event insert's values");
-                let columns = top_level_items(columns);
-                let values = top_level_items(values);
-                let at = columns
-                    .iter()
-                    .position(|c| c == "event_name")
-                    .unwrap_or_else(|| panic!("nifi_ops.{name}: an event without event_name"));
-                let event = values[at].trim_matches('\'');
+            for (i, call) in body.match_indices("nifi_ops.record_event(") {
+                let args = parenthesized(&body[i + call.len() - 1..])
+                    .expect("record_event's arguments");
+                let args = top_level_items(args);
+                // (event id, level, name, …)
+                let value = args
+                    .get(2)
+                    .unwrap_or_else(|| panic!("nifi_ops.{name}: an event without its name"));
+                let event = value.trim_matches('\'');
                 assert!(
-                    !event.is_empty()
-                        && event.chars().all(event_char)
-                        && values[at].starts_with('\''),
-                    "nifi_ops.{name}: the event name `{}` is not a literal",
-                    values[at]
+                    !event.is_empty() && event.chars().all(event_char) && value.starts_with('\''),
+                    "nifi_ops.{name}: the event name `{value}` is not a literal"
                 );
                 events.insert(event.to_string());
             }

@@ -485,6 +485,45 @@ async fn bodies(conn: &mut PgConnection, name: &str) -> Vec<String> {
     .unwrap()
 }
 
+/// The server-side functions `body` calls, of those in `names` other than `own`.
+fn calls<'a>(own: &str, body: &str, names: &[&'a str]) -> Vec<&'a str> {
+    names
+        .iter()
+        .filter(|n| **n != own && body.contains(&format!("nifi_ops.{n}(")))
+        .copied()
+        .collect()
+}
+
+#[test]
+fn a_function_is_applied_after_every_function_it_calls() {
+    let names: Vec<&str> = SERVER_FUNCTIONS.iter().map(|f| f.name).collect();
+    // The checker sees a call (and only a call: a name in a comment without its parenthesis is
+    // none), and the one this test would miss were the list sorted by name.
+    assert_eq!(
+        calls(
+            "complete_extraction",
+            "-- nifi_ops.transition\nPERFORM nifi_ops.record_event(",
+            &names
+        ),
+        ["record_event"]
+    );
+    let mut applied: Vec<&str> = vec![];
+    let mut late = vec![];
+    for f in SERVER_FUNCTIONS {
+        for callee in calls(f.name, f.sql, &names) {
+            if !applied.contains(&callee) {
+                late.push(format!("{} calls {callee}", f.name));
+            }
+        }
+        applied.push(f.name);
+    }
+    assert!(
+        late.is_empty(),
+        "SERVER_FUNCTIONS applies a caller before its callee (a request served while migrate runs \
+         would call the callee missing or in its older form): {late:?}"
+    );
+}
+
 #[tokio::test]
 async fn every_function_file_is_applied_and_recorded_by_its_hash() {
     let mut on_disk: Vec<String> = std::fs::read_dir(repo().join("ledger/functions"))
@@ -492,10 +531,11 @@ async fn every_function_file_is_applied_and_recorded_by_its_hash() {
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     on_disk.sort();
-    let listed: Vec<String> = SERVER_FUNCTIONS
+    let mut listed: Vec<String> = SERVER_FUNCTIONS
         .iter()
         .map(|f| format!("{}.sql", f.name))
         .collect();
+    listed.sort();
     assert_eq!(
         on_disk, listed,
         "ledger/functions/ and SERVER_FUNCTIONS differ"

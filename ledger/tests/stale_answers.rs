@@ -510,3 +510,71 @@ async fn a_last_success_that_finds_the_run_gone_decides_again_under_the_exclusiv
         "recorded only: no success on a cancelled run"
     );
 }
+
+/// The run lock is taken in Rust (`run_lock::lock_run`, the exclusive lock of every run-changing
+/// operation) and inside three server-side functions (the claim and the chunk report share it, the
+/// validation start takes it exclusively), so that a NiFi report stays one round trip; the key has
+/// one home (`run_lock_key`, passed in). This holds the copies equal: each function's call waits,
+/// on the advisory lock, for a cancel that holds the run's exclusive lock in Rust. Seen failing
+/// with the claim's key arguments swapped in `ops/claim.rs` (the claim went through).
+#[tokio::test]
+async fn every_copy_of_the_run_lock_waits_for_the_exclusive_lock_taken_in_rust() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(6, LedgerConfig::default()).await;
+    let mut observer = db.conn().await;
+    let token = Uuid::new_v4();
+    for call in ["claim", "chunk report", "validation start"] {
+        let (run, path) = extracting_run(&ledger, &[5, 5]).await;
+        let mut dispatch = Uuid::nil();
+        if call != "claim" {
+            claim_all(&ledger, run, &["0000", "0001"], token).await;
+        }
+        if call == "validation start" {
+            for pid in ["0000", "0001"] {
+                let r = chunk_report(token, &path, pid, 0, 1, 5);
+                ledger.report_chunk(run, pid, &r).await.unwrap();
+            }
+            dispatch = sqlx::query_scalar(
+                "SELECT dispatch_id FROM nifi_ops.load_dispatch WHERE run_id = $1 AND dispatch_type = 'VALIDATE_RUN'",
+            )
+            .bind(run)
+            .fetch_one(&mut observer)
+            .await
+            .unwrap();
+        }
+        // The cancel takes the advisory lock, then waits for the run row a plain transaction
+        // holds: the exclusive lock is held while the call under test starts.
+        let mut holder = hold_run_row(&db, run).await;
+        let cancel = tokio::spawn({
+            let ledger = ledger.clone();
+            async move { ledger.cancel_run(run, "holding the run lock", &actor(), None).await }
+        });
+        until_waiting(&mut observer, 1, "transactionid", 1).await;
+        let under_test = tokio::spawn({
+            let ledger = ledger.clone();
+            let path = path.clone();
+            async move {
+                match call {
+                    "claim" => ledger
+                        .claim_partition(run, "0000", token, "nifi-01")
+                        .await
+                        .map(|c| c.claimed),
+                    "chunk report" => ledger
+                        .report_chunk(run, "0000", &chunk_report(token, &path, "0000", 0, 1, 5))
+                        .await
+                        .map(|r| r.run_status == RunStatus::Extracting),
+                    _ => ledger
+                        .start_validation(run, dispatch, "nifi-02")
+                        .await
+                        .map(|s| s.started),
+                }
+            }
+        });
+        // Waiting on the advisory key, not on a row: the same key as Rust's.
+        until_waiting(&mut observer, 2, "advisory", 1).await;
+        sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+        assert!(cancel.await.unwrap().unwrap().changed, "{call}");
+        // Decided after the cancel, on the cancelled run.
+        assert!(!under_test.await.unwrap().unwrap(), "{call}: acted on a cancelled run");
+    }
+}

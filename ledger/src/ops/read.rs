@@ -108,15 +108,14 @@ pub struct RunDetail {
     pub dispatches: Vec<DispatchView>,
 }
 
-/// `success_partition_count` as it is read (issue 30 item 3): partition successes no longer write
-/// it, so while the run is EXTRACTING it is the count of its SUCCESS partitions (one primary-key
-/// range of the run, read from the statement's snapshot); the completion CAS and every transition
-/// out of EXTRACTING store it from a recount, and no partition becomes SUCCESS afterwards.
+/// `success_partition_count` as it is read: partition successes do not write it, so while the run
+/// is EXTRACTING it is `nifi_ops.run_success_count` (one primary-key range of the run, counted from
+/// the newest committed state, or the transaction's snapshot in a repeatable-read read); every transition out of EXTRACTING stores the same count, and no
+/// partition becomes SUCCESS afterwards.
 macro_rules! success_count_read {
     () => {
         "CASE WHEN load_run.status = 'EXTRACTING' \
-              THEN (SELECT count(*) FROM nifi_ops.load_partition p \
-                     WHERE p.run_id = load_run.run_id AND p.status = 'SUCCESS')::int \
+              THEN nifi_ops.run_success_count(load_run.run_id) \
               ELSE load_run.success_partition_count END AS success_partition_count"
     };
 }
