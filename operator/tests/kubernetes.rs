@@ -1140,6 +1140,147 @@ fn the_migration_hook_runs_before_install_upgrade_and_rollback() {
     assert!(delete.split(',').all(|p| p != "hook-failed"), "{delete}");
 }
 
+/// Whether a label selector (`matchLabels`, `matchExpressions` with `In`) selects `labels`; a
+/// Service's selector is a bare map of labels.
+fn selects(selector: &serde_yaml::Value, labels: &serde_yaml::Value) -> bool {
+    let (equal, expressions) = match selector.get("matchLabels") {
+        Some(m) => (m.clone(), selector.get("matchExpressions").cloned()),
+        None if selector.get("matchExpressions").is_some() => (
+            serde_yaml::Value::Mapping(Default::default()),
+            selector.get("matchExpressions").cloned(),
+        ),
+        None => (selector.clone(), None),
+    };
+    let equal_ok = equal
+        .as_mapping()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    let expressions_ok = expressions
+        .and_then(|e| e.as_sequence().cloned())
+        .unwrap_or_default()
+        .iter()
+        .all(|e| {
+            assert_eq!(e["operator"], "In", "{e:?}");
+            labels
+                .get(&e["key"])
+                .is_some_and(|v| e["values"].as_sequence().unwrap().contains(v))
+        });
+    equal_ok && expressions_ok
+}
+
+/// Issue 41 item 1: `topology: split` renders the API and the operator as two Deployments. The
+/// API's pods run the api-server alone, with no service-account token (none mounted, none
+/// projected) and their replicas left to the autoscaler when it is on; the operator's run the
+/// operator alone, with the token and the release's Lease. The Service and the API's PDB select
+/// the API's pods only, the operator's PDB its own pods only, the PodMonitor and the NetworkPolicy
+/// both; the Service has no operator port. The sidecar topology stays the default (one Deployment,
+/// both containers) and refuses the autoscaler. Seen failing while the operator's pods carried the
+/// API's component label: the Service selected them.
+#[test]
+fn the_split_topology_renders_the_api_and_the_operator_apart() {
+    let docs = template_docs(&[
+        "topology=split",
+        "api.autoscaling.enabled=true",
+        "serviceMonitor.enabled=true",
+        "networkPolicy.enabled=true",
+    ]);
+    let named = |kind: &str, name: &str| {
+        docs.iter()
+            .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("no {kind} {name}"))
+            .clone()
+    };
+    let api = named("Deployment", "lc-load-control");
+    let operator = named("Deployment", "lc-load-control-operator");
+    let pod = |d: &serde_yaml::Value| d["spec"]["template"].clone();
+    let names = |d: &serde_yaml::Value, list: &str| -> Vec<String> {
+        d["spec"]["template"]["spec"][list]
+            .as_sequence()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert_eq!(names(&api, "containers"), ["api-server"]);
+    assert_eq!(names(&operator, "containers"), ["operator"]);
+    assert!(api["spec"]["replicas"].is_null(), "the autoscaler owns the API's replicas");
+    assert_eq!(operator["spec"]["replicas"], 2);
+    assert_eq!(pod(&api)["spec"]["automountServiceAccountToken"], false);
+    assert!(!names(&api, "volumes").contains(&"kube-api-access".to_string()));
+    assert!(names(&operator, "volumes").contains(&"kube-api-access".to_string()));
+    let lease = pod(&operator)["spec"]["containers"][0]["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "LC_LEASE_NAME")
+        .map(|e| e["value"].clone());
+    assert_eq!(lease, Some("lc-load-control-leader".into()));
+    let (api_labels, operator_labels) = (
+        pod(&api)["metadata"]["labels"].clone(),
+        pod(&operator)["metadata"]["labels"].clone(),
+    );
+    for (deployment, labels) in [(&api, &api_labels), (&operator, &operator_labels)] {
+        assert!(selects(&deployment["spec"]["selector"], labels));
+    }
+    assert!(!selects(&api["spec"]["selector"], &operator_labels));
+    assert!(!selects(&operator["spec"]["selector"], &api_labels));
+    let service = named("Service", "lc-load-control");
+    assert!(selects(&service["spec"]["selector"], &api_labels));
+    assert!(!selects(&service["spec"]["selector"], &operator_labels));
+    let ports: Vec<_> = service["spec"]["ports"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].clone())
+        .collect();
+    assert_eq!(ports, ["http"]);
+    let api_pdb = named("PodDisruptionBudget", "lc-load-control");
+    assert!(selects(&api_pdb["spec"]["selector"], &api_labels));
+    assert!(!selects(&api_pdb["spec"]["selector"], &operator_labels));
+    let operator_pdb = named("PodDisruptionBudget", "lc-load-control-operator");
+    assert!(selects(&operator_pdb["spec"]["selector"], &operator_labels));
+    assert!(!selects(&operator_pdb["spec"]["selector"], &api_labels));
+    for (kind, name, path) in [
+        ("PodMonitor", "lc-load-control-operator", "selector"),
+        ("NetworkPolicy", "lc-load-control", "podSelector"),
+    ] {
+        let selector = named(kind, name)["spec"][path].clone();
+        assert!(selects(&selector, &operator_labels), "{kind}");
+        assert!(selects(&selector, &api_labels), "{kind}");
+    }
+    // The uninstall hook stops the pods that run the operator (else the LoadJob controller
+    // would put the finalizers back), and may scale that Deployment only.
+    let hook = named("Job", "lc-load-control-release-finalizers");
+    let command = &hook["spec"]["template"]["spec"]["containers"][0]["command"];
+    assert_eq!(command[3], "lc-load-control-operator", "{command:?}");
+    let hook_role = named("Role", "lc-load-control-uninstall");
+    assert_eq!(
+        hook_role["rules"][0]["resourceNames"][0],
+        "lc-load-control-operator"
+    );
+    let hpa = named("HorizontalPodAutoscaler", "lc-load-control");
+    assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "lc-load-control");
+    assert_eq!(
+        (&hpa["spec"]["minReplicas"], &hpa["spec"]["maxReplicas"]),
+        (&2.into(), &6.into())
+    );
+
+    // The default: one Deployment, both containers, no autoscaler.
+    let sidecar = template_docs(&[]);
+    let deployments: Vec<_> = sidecar.iter().filter(|d| d["kind"] == "Deployment").collect();
+    assert_eq!(deployments.len(), 1);
+    assert_eq!(names(deployments[0], "containers"), ["api-server", "operator"]);
+    assert!(!sidecar.iter().any(|d| d["kind"] == "HorizontalPodAutoscaler"));
+    let refused = template_refused("api.autoscaling.enabled=true");
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("needs topology: split"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
 /// The rendered chart keeps NiFi's API independent of the operator and is scrapable: only the
 /// api-server's readiness decides whether a pod takes traffic; the ServiceMonitor selects the
 /// chart's Service (with the extra labels a Prometheus looks for); the PDB never blocks a drain

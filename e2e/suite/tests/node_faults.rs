@@ -2884,3 +2884,261 @@ async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
     let _ = std::fs::remove_dir_all(&dir);
     r.remove().await;
 }
+
+/// The pods with an operator container, not being deleted: the server pods in the sidecar
+/// topology, the operator Deployment's in the split one.
+fn operator_pods(r: &Release) -> Vec<String> {
+    r.kj(&[
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/component in (server,operator)",
+    ])["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+        .filter(|p| {
+            p["spec"]["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == "operator")
+        })
+        .map(|p| p["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// `container` of `pod`: its restart count, and whether it runs now.
+fn container_state(r: &Release, pod: &str, container: &str) -> (u64, bool) {
+    let p = r.kj(&["get", "pod", pod]);
+    p["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|s| s.iter().find(|c| c["name"] == container))
+        .map(|c| {
+            (
+                c["restartCount"].as_u64().unwrap_or(0),
+                !c["state"]["running"].is_null(),
+            )
+        })
+        .unwrap_or((0, false))
+}
+
+/// Every container of the release's pods with an api-server or operator container, by name: its
+/// restart counts.
+fn restarts_by_container(r: &Release) -> std::collections::BTreeMap<String, Vec<u64>> {
+    let mut out = std::collections::BTreeMap::<String, Vec<u64>>::new();
+    let pods = r.kj(&[
+        "get",
+        "pods",
+        "-l",
+        "app.kubernetes.io/component in (server,operator)",
+    ]);
+    for p in pods["items"].as_array().cloned().unwrap_or_default() {
+        for c in p["status"]["containerStatuses"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            out.entry(c["name"].as_str().unwrap().to_string())
+                .or_default()
+                .push(c["restartCount"].as_u64().unwrap_or(0));
+        }
+    }
+    out
+}
+
+/// Issue 41 item 1: the operator container killed whole (the supervisor and its child, every
+/// process in it, as a cgroup-v2 OOM kill or a failed liveness probe does) in every pod that has
+/// one, 4 times in a row under NiFi load, once in each topology. In the sidecar topology a pod is
+/// Ready only while both its containers run, so each kill takes every pod out of NiFi's Service
+/// until the kubelet restarts the container (its back-off doubling from 10 s): measured, and shown
+/// to happen. In the split topology the API's pods run no operator: NiFi's calls are answered
+/// throughout (≥ 99.9 %) and there is always a ready endpoint. Both: every operator container
+/// restarted once per round, no api-server container restarted, a leader again after each round.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_container_killed_whole_in_each_topology() {
+    const ROUNDS: u64 = 4;
+    const RUNS: usize = 120;
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let mut figures = vec![];
+    for topology in ["sidecar", "split"] {
+        let job = format!("NODE_KILL_{}", topology.to_uppercase());
+        let r = Release::prepare(&format!("kill-{topology}"), env!("CARGO_BIN_EXE_nifi-sim")).await;
+        let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
+        let topology_set = format!("topology={topology}");
+        r.helm_install_with(
+            "install",
+            &tag,
+            &["config.recovery.sweeper_interval=2s", &topology_set],
+        );
+        apply_loadjob(&r, &job);
+        let pods = operator_pods(&r);
+        assert_eq!(pods.len(), 2, "{topology}: {pods:?}");
+        let mut sim = r.start_simulation(&job, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
+        load_under_way(&r, &mut sim, &job, 2).await;
+        let started = Instant::now();
+        let (rounds, outage) = while_watching_ready(&r, || {
+            let mut rounds = vec![];
+            for round in 0..ROUNDS {
+                let at = Instant::now();
+                for pod in &pods {
+                    let pids = pids_of("load-control-operator", Some(pod));
+                    assert!(
+                        pids.len() >= 2,
+                        "{topology} round {round}, {pod}: the supervisor and its child: {pids:?}"
+                    );
+                    for pid in pids {
+                        signal(pid, "-KILL");
+                    }
+                }
+                wait_for(
+                    "every operator container restarted",
+                    Duration::from_secs(300),
+                    || {
+                        Ok(pods
+                            .iter()
+                            .all(|p| {
+                                container_state(&r, p, "operator") == (round + 1, true)
+                                    && operator_workers(p).len() == 1
+                            })
+                            .then_some(()))
+                    },
+                )
+                .unwrap();
+                let back = at.elapsed();
+                let leader = wait_for("a leader again", Duration::from_secs(60), || {
+                    Ok(r.lease_holder_pod().filter(|h| pods.contains(h)))
+                })
+                .unwrap();
+                rounds.push(json!({"round": round, "containers_back_seconds": back.as_secs_f64(),
+                    "leader": leader}));
+            }
+            rounds
+        });
+        assert_load_still_running(&mut sim, "the kills");
+        let summary = Release::summary(sim);
+        let why = e2e::nifi::what_went_wrong(&summary);
+        let (requests, availability) = availability(&summary);
+        let restarts = restarts_by_container(&r);
+        // The fault was the whole container, every round, and never the API's.
+        assert_eq!(
+            restarts.get("operator"),
+            Some(&vec![ROUNDS; 2]),
+            "{topology}: {restarts:?}"
+        );
+        assert!(
+            restarts["api-server"].iter().all(|n| *n == 0),
+            "{topology}: {restarts:?}"
+        );
+        let figure = json!({"topology": topology, "kills_per_round": pods.len(), "rounds": rounds,
+            "seconds": started.elapsed().as_secs_f64(), "nifi_requests": requests,
+            "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
+            "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64(),
+            "restarts": restarts, "final_status": summary["final_status"]});
+        eprintln!("node faults: {figure}");
+        if topology == "sidecar" {
+            // Shared fate: the kills took every pod out of the Service, each time until the
+            // kubelet restarted the container.
+            assert!(
+                outage.0 > Duration::from_secs(1),
+                "sidecar: the operator's death never took the API out ({figure}): the fault did not happen as described"
+            );
+            // What NiFi then did is measured, not required: a run may fail its stage after
+            // PG-90's retry budget. Whatever happened, the ledger holds no violation.
+            let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
+            let report = check(
+                &mut conn,
+                &Scope {
+                    job_keys: vec![job.clone()],
+                    stale_after_seconds: 0.0,
+                },
+            )
+            .await
+            .unwrap();
+            assert!(report.violations.is_empty(), "{:#?}", report.violations);
+            r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+            r.remove().await;
+        } else {
+            assert_eq!(outage.0, Duration::ZERO, "split: a moment without a ready pod");
+            assert!(availability >= 0.999, "split: availability {availability}: {why}");
+            conclude(r, &job, RUNS, &summary, figure.clone()).await;
+        }
+        figures.push(figure);
+    }
+    println!(
+        "{}",
+        json!({"bench": "node_operator_container_killed", "topologies": figures})
+    );
+}
+
+/// Issue 41 item 1: a release moved from the sidecar topology to the split one and back with
+/// `helm upgrade` under NiFi load. The API's Deployment rolls (its pods lose, then regain, the
+/// operator container), the operator's Deployment comes and goes, and the leadership moves to it
+/// and back; NiFi's calls are answered (≥ 99.9 %) with always a ready endpoint, and every run
+/// succeeds with the ledger clean.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_topology_changed_to_split_and_back_under_load() {
+    const JOB: &str = "NODE_TOPOLOGY";
+    const RUNS: usize = 120;
+    let _serial = ONE_FAULT_AT_A_TIME.lock().await;
+    let r = Release::prepare("topology", env!("CARGO_BIN_EXE_nifi-sim")).await;
+    let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
+    install(&r, JOB).await;
+    let mut phases = vec![];
+    for (i, topology) in ["split", "sidecar"].into_iter().enumerate() {
+        let mut sim = r.start_simulation(JOB, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
+        load_under_way(&r, &mut sim, JOB, (i * RUNS) as i64 + 2).await;
+        let leader_before = r.lease_holder_pod();
+        let started = Instant::now();
+        let topology_set = format!("topology={topology}");
+        let (leader, outage) = while_watching_ready(&r, || {
+            r.helm_install_with(
+                "upgrade",
+                &tag,
+                &["config.recovery.sweeper_interval=2s", &topology_set],
+            );
+            wait_for("the roll done", Duration::from_secs(180), || {
+                let operators = operator_pods(&r);
+                let rolled = pods_run(&r, &tag, 2)
+                    && r.server_pods().iter().all(|p| {
+                        let containers = p["spec"]["containers"].as_array().unwrap().len();
+                        containers == if topology == "split" { 1 } else { 2 }
+                    })
+                    && operators.len() == 2;
+                Ok(rolled.then_some(()))
+            })
+            .unwrap();
+            // The leadership on a pod of the new shape.
+            wait_for("a leader of the new topology", Duration::from_secs(60), || {
+                Ok(r.lease_holder_pod().filter(|h| operator_pods(&r).contains(h)))
+            })
+            .unwrap()
+        });
+        let rolled = started.elapsed();
+        assert_load_still_running(&mut sim, topology);
+        let summary = Release::summary(sim);
+        let why = e2e::nifi::what_went_wrong(&summary);
+        assert_all_succeeded(&summary, RUNS);
+        let (requests, availability) = availability(&summary);
+        let phase = json!({"to": topology, "roll_seconds": rolled.as_secs_f64(),
+            "leader_before": leader_before, "leader_after": leader, "nifi_requests": requests,
+            "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
+            "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()});
+        eprintln!("node faults: {phase}");
+        assert_eq!(outage.0, Duration::ZERO, "to {topology}: a moment without a ready pod");
+        assert!(availability >= 0.999, "to {topology}: availability {availability}: {why}");
+        phases.push(phase);
+    }
+    // Back in the sidecar topology, nothing of the split one is left.
+    let leftover = r.k(&["get", "deployments,poddisruptionbudgets", "-o", "name"]);
+    assert!(!leftover.contains("-operator"), "{leftover}");
+    let agreed = r.wait_mirror_agrees(JOB, Duration::from_secs(30)).await;
+    assert_ledger_clean(&r, JOB, 2 * RUNS).await;
+    let figures = json!({"bench": "node_topology_change", "runs": 2 * RUNS, "phases": phases,
+        "mirror_agrees_seconds": agreed.as_secs_f64()});
+    println!("{figures}");
+    r.k(&["delete", "loadjob", "faults", "--wait=false"]);
+    r.remove().await;
+}
