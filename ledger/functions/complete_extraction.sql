@@ -12,14 +12,13 @@ DECLARE
     v_job_key text;
     v_business_key text;
     v_source_count bigint;
-    v_rows bigint;
     v_changed boolean;
 BEGIN
     -- Complete: every partition a SUCCESS and their rows the source count, read from one
-    -- snapshot; the status change itself is nifi_ops.transition's CAS, which stores the recount
-    -- of successes (tr_load_run_success_recount) and wakes the mirror.
-    SELECT r.job_key, r.business_key, r.source_count, p.rows
-      INTO v_job_key, v_business_key, v_source_count, v_rows
+    -- snapshot; the status change itself is nifi_ops.transition's CAS, which also stores the rows
+    -- extracted, and the recount of successes (tr_load_run_success_recount), and wakes the mirror.
+    SELECT r.job_key, r.business_key, r.source_count
+      INTO v_job_key, v_business_key, v_source_count
       FROM nifi_ops.load_run r,
            (SELECT count(*) AS n, count(*) FILTER (WHERE status = 'SUCCESS') AS ok,
                    COALESCE(sum(actual_row_count), 0) AS rows
@@ -36,8 +35,6 @@ BEGIN
     IF NOT v_changed THEN
         RETURN false;
     END IF;
-    UPDATE nifi_ops.load_run SET extracted_count = v_rows, extract_completed_at = clock_timestamp()
-     WHERE run_id = p_run_id;
     -- Delivered at commit: the dispatcher takes the VALIDATE_RUN row.
     PERFORM pg_notify('load_dispatch', p_run_id::text);
     INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type)

@@ -30,6 +30,14 @@ BEGIN
            error_code = CASE p_error_mode WHEN 'keep' THEN error_code WHEN 'clear' THEN NULL ELSE p_error_code END,
            error_message = CASE p_error_mode WHEN 'keep' THEN error_message WHEN 'clear' THEN NULL ELSE p_error_message END,
            completed_at = CASE WHEN v_step.terminal THEN clock_timestamp() ELSE completed_at END,
+           -- Entering EXTRACTED_VALIDATED (the completion's only, §4.8): the rows extracted and
+           -- when, in this one row version.
+           extracted_count = CASE WHEN p_to = 'EXTRACTED_VALIDATED'
+                                  THEN (SELECT COALESCE(sum(p.actual_row_count), 0)
+                                          FROM nifi_ops.load_partition p WHERE p.run_id = p_run_id)
+                                  ELSE extracted_count END,
+           extract_completed_at = CASE WHEN p_to = 'EXTRACTED_VALIDATED' THEN clock_timestamp()
+                                       ELSE extract_completed_at END,
            -- Leaving EXTRACTING, tr_load_run_success_recount stores success_partition_count
            -- from a recount (for every release's transitions, so only there).
            heartbeat_at = clock_timestamp(), version_no = version_no + 1

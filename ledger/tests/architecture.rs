@@ -240,8 +240,13 @@ fn no_file_of_product_code_is_over_600_lines() {
 /// `Event::insert`'s former INSERT put back.
 #[test]
 fn every_event_row_is_written_by_record_event() {
-    let by_hand = |text: &str| text.to_lowercase().contains("insert into nifi_ops.load_event");
-    assert!(by_hand("INSERT INTO nifi_ops.load_event (event_id) VALUES ($1)"));
+    let by_hand = |text: &str| {
+        text.to_lowercase()
+            .contains("insert into nifi_ops.load_event")
+    };
+    assert!(by_hand(
+        "INSERT INTO nifi_ops.load_event (event_id) VALUES ($1)"
+    ));
     let mut writers = vec![];
     for krate in PRODUCT_CRATES {
         for f in rust_files(&repo().join(krate).join("src")) {

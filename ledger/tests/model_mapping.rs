@@ -258,13 +258,21 @@ const GUARDS: &[Guard] = &[
     Guard {
         mutant: "MUTANT_TRIGGER_STABLE",
         property: "completion-at-least-once",
-        code: &[Code::Function(
-            "load_run_success_recount",
-            "LANGUAGE plpgsql VOLATILE AS $$ \
-             BEGIN \
-                 NEW.success_partition_count := (SELECT count(*) FROM nifi_ops.load_partition p \
-                                                  WHERE p.run_id = NEW.run_id AND p.status = 'SUCCESS');",
-        )],
+        code: &[
+            Code::Function(
+                "load_run_success_recount",
+                "LANGUAGE plpgsql VOLATILE AS $$ \
+                 BEGIN \
+                     NEW.success_partition_count := nifi_ops.run_success_count(NEW.run_id);",
+            ),
+            Code::Function(
+                "run_success_count",
+                "RETURNS integer LANGUAGE plpgsql VOLATILE AS $$ \
+                 BEGIN \
+                     RETURN (SELECT count(*) FROM nifi_ops.load_partition p \
+                              WHERE p.run_id = p_run_id AND p.status = 'SUCCESS');",
+            ),
+        ],
     },
     Guard {
         mutant: "MUTANT_NO_START_CAS",
@@ -947,8 +955,8 @@ fn sql_function_bodies() -> BTreeMap<String, Function> {
             );
             let mut events = BTreeSet::new();
             for (i, call) in body.match_indices("nifi_ops.record_event(") {
-                let args = parenthesized(&body[i + call.len() - 1..])
-                    .expect("record_event's arguments");
+                let args =
+                    parenthesized(&body[i + call.len() - 1..]).expect("record_event's arguments");
                 let args = top_level_items(args);
                 // (event id, level, name, …)
                 let value = args

@@ -516,7 +516,8 @@ async fn a_last_success_that_finds_the_run_gone_decides_again_under_the_exclusiv
 /// validation start takes it exclusively), so that a NiFi report stays one round trip; the key has
 /// one home (`run_lock_key`, passed in). This holds the copies equal: each function's call waits,
 /// on the advisory lock, for a cancel that holds the run's exclusive lock in Rust. Seen failing
-/// with the claim's key arguments swapped in `ops/claim.rs` (the claim went through).
+/// with the claim's key arguments swapped in `ops/claim.rs` (it then waited for the run row, not
+/// for the key).
 #[tokio::test]
 async fn every_copy_of_the_run_lock_waits_for_the_exclusive_lock_taken_in_rust() {
     let db = TestDb::fresh().await;
@@ -547,7 +548,11 @@ async fn every_copy_of_the_run_lock_waits_for_the_exclusive_lock_taken_in_rust()
         let mut holder = hold_run_row(&db, run).await;
         let cancel = tokio::spawn({
             let ledger = ledger.clone();
-            async move { ledger.cancel_run(run, "holding the run lock", &actor(), None).await }
+            async move {
+                ledger
+                    .cancel_run(run, "holding the run lock", &actor(), None)
+                    .await
+            }
         });
         until_waiting(&mut observer, 1, "transactionid", 1).await;
         let under_test = tokio::spawn({
@@ -575,6 +580,9 @@ async fn every_copy_of_the_run_lock_waits_for_the_exclusive_lock_taken_in_rust()
         sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
         assert!(cancel.await.unwrap().unwrap().changed, "{call}");
         // Decided after the cancel, on the cancelled run.
-        assert!(!under_test.await.unwrap().unwrap(), "{call}: acted on a cancelled run");
+        assert!(
+            !under_test.await.unwrap().unwrap(),
+            "{call}: acted on a cancelled run"
+        );
     }
 }

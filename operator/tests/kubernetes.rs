@@ -1204,7 +1204,10 @@ fn the_split_topology_renders_the_api_and_the_operator_apart() {
     };
     assert_eq!(names(&api, "containers"), ["api-server"]);
     assert_eq!(names(&operator, "containers"), ["operator"]);
-    assert!(api["spec"]["replicas"].is_null(), "the autoscaler owns the API's replicas");
+    assert!(
+        api["spec"]["replicas"].is_null(),
+        "the autoscaler owns the API's replicas"
+    );
     assert_eq!(operator["spec"]["replicas"], 2);
     assert_eq!(pod(&api)["spec"]["automountServiceAccountToken"], false);
     assert!(!names(&api, "volumes").contains(&"kube-api-access".to_string()));
@@ -1268,10 +1271,20 @@ fn the_split_topology_renders_the_api_and_the_operator_apart() {
 
     // The default: one Deployment, both containers, no autoscaler.
     let sidecar = template_docs(&[]);
-    let deployments: Vec<_> = sidecar.iter().filter(|d| d["kind"] == "Deployment").collect();
+    let deployments: Vec<_> = sidecar
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .collect();
     assert_eq!(deployments.len(), 1);
-    assert_eq!(names(deployments[0], "containers"), ["api-server", "operator"]);
-    assert!(!sidecar.iter().any(|d| d["kind"] == "HorizontalPodAutoscaler"));
+    assert_eq!(
+        names(deployments[0], "containers"),
+        ["api-server", "operator"]
+    );
+    assert!(
+        !sidecar
+            .iter()
+            .any(|d| d["kind"] == "HorizontalPodAutoscaler")
+    );
     let refused = template_refused("api.autoscaling.enabled=true");
     assert!(!refused.status.success());
     assert!(

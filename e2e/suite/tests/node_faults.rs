@@ -2966,7 +2966,8 @@ async fn the_operator_container_killed_whole_in_each_topology() {
     for topology in ["sidecar", "split"] {
         let job = format!("NODE_KILL_{}", topology.to_uppercase());
         let r = Release::prepare(&format!("kill-{topology}"), env!("CARGO_BIN_EXE_nifi-sim")).await;
-        let tag = std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
+        let tag =
+            std::env::var("LC_IMAGE_TAG").unwrap_or_else(|_| env!("CARGO_PKG_VERSION").into());
         let topology_set = format!("topology={topology}");
         r.helm_install_with(
             "install",
@@ -2976,7 +2977,8 @@ async fn the_operator_container_killed_whole_in_each_topology() {
         apply_loadjob(&r, &job);
         let pods = operator_pods(&r);
         assert_eq!(pods.len(), 2, "{topology}: {pods:?}");
-        let mut sim = r.start_simulation(&job, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
+        let mut sim =
+            r.start_simulation(&job, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
         load_under_way(&r, &mut sim, &job, 2).await;
         let started = Instant::now();
         let (rounds, outage) = while_watching_ready(&r, || {
@@ -3012,8 +3014,10 @@ async fn the_operator_container_killed_whole_in_each_topology() {
                     Ok(r.lease_holder_pod().filter(|h| pods.contains(h)))
                 })
                 .unwrap();
-                rounds.push(json!({"round": round, "containers_back_seconds": back.as_secs_f64(),
-                    "leader": leader}));
+                rounds.push(
+                    json!({"round": round, "containers_back_seconds": back.as_secs_f64(),
+                    "leader": leader}),
+                );
             }
             rounds
         });
@@ -3061,8 +3065,15 @@ async fn the_operator_container_killed_whole_in_each_topology() {
             r.k(&["delete", "loadjob", "faults", "--wait=false"]);
             r.remove().await;
         } else {
-            assert_eq!(outage.0, Duration::ZERO, "split: a moment without a ready pod");
-            assert!(availability >= 0.999, "split: availability {availability}: {why}");
+            assert_eq!(
+                outage.0,
+                Duration::ZERO,
+                "split: a moment without a ready pod"
+            );
+            assert!(
+                availability >= 0.999,
+                "split: availability {availability}: {why}"
+            );
             conclude(r, &job, RUNS, &summary, figure.clone()).await;
         }
         figures.push(figure);
@@ -3111,9 +3122,14 @@ async fn the_topology_changed_to_split_and_back_under_load() {
             })
             .unwrap();
             // The leadership on a pod of the new shape.
-            wait_for("a leader of the new topology", Duration::from_secs(60), || {
-                Ok(r.lease_holder_pod().filter(|h| operator_pods(&r).contains(h)))
-            })
+            wait_for(
+                "a leader of the new topology",
+                Duration::from_secs(60),
+                || {
+                    Ok(r.lease_holder_pod()
+                        .filter(|h| operator_pods(&r).contains(h)))
+                },
+            )
             .unwrap()
         });
         let rolled = started.elapsed();
@@ -3127,8 +3143,15 @@ async fn the_topology_changed_to_split_and_back_under_load() {
             "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
             "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64()});
         eprintln!("node faults: {phase}");
-        assert_eq!(outage.0, Duration::ZERO, "to {topology}: a moment without a ready pod");
-        assert!(availability >= 0.999, "to {topology}: availability {availability}: {why}");
+        assert_eq!(
+            outage.0,
+            Duration::ZERO,
+            "to {topology}: a moment without a ready pod"
+        );
+        assert!(
+            availability >= 0.999,
+            "to {topology}: availability {availability}: {why}"
+        );
         phases.push(phase);
     }
     // Back in the sidecar topology, nothing of the split one is left.
