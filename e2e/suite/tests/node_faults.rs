@@ -2885,9 +2885,8 @@ async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
     r.remove().await;
 }
 
-/// The pods with an operator container, not being deleted: the server pods in the sidecar
-/// topology, the operator Deployment's in the split one.
-fn operator_pods(r: &Release) -> Vec<String> {
+/// The release's pods that run load-control, in either topology (the hooks' are not).
+fn workload_pods(r: &Release) -> Vec<Value> {
     r.kj(&[
         "get",
         "pods",
@@ -2897,6 +2896,12 @@ fn operator_pods(r: &Release) -> Vec<String> {
         .as_array()
         .cloned()
         .unwrap_or_default()
+}
+
+/// The pods with an operator container, not being deleted: the server pods in the sidecar
+/// topology, the operator Deployment's in the split one.
+fn operator_pods(r: &Release) -> Vec<String> {
+    workload_pods(r)
         .iter()
         .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
         .filter(|p| {
@@ -2925,17 +2930,10 @@ fn container_state(r: &Release, pod: &str, container: &str) -> (u64, bool) {
         .unwrap_or((0, false))
 }
 
-/// Every container of the release's pods with an api-server or operator container, by name: its
-/// restart counts.
+/// The restart counts of the release's containers (`workload_pods`), by container name.
 fn restarts_by_container(r: &Release) -> std::collections::BTreeMap<String, Vec<u64>> {
     let mut out = std::collections::BTreeMap::<String, Vec<u64>>::new();
-    let pods = r.kj(&[
-        "get",
-        "pods",
-        "-l",
-        "app.kubernetes.io/component in (server,operator)",
-    ]);
-    for p in pods["items"].as_array().cloned().unwrap_or_default() {
+    for p in workload_pods(r) {
         for c in p["status"]["containerStatuses"]
             .as_array()
             .cloned()
