@@ -67,6 +67,16 @@ fn ready_pods(r: &Release) -> usize {
         .count()
 }
 
+/// Clears its flag when dropped: a watcher's loop stops however the work beside it ends (a panic
+/// in it must not leave a thread scope waiting).
+struct Stop<'a>(&'a std::sync::atomic::AtomicBool);
+
+impl Drop for Stop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// Runs `work` while sampling the release's ready server pods as fast as kubectl answers; returns
 /// its result, the longest stretch with no ready pod, and how many samples were taken.
 fn while_watching_ready<T: Send>(
@@ -74,13 +84,6 @@ fn while_watching_ready<T: Send>(
     work: impl FnOnce() -> T + Send,
 ) -> (T, (Duration, u32)) {
     use std::sync::atomic::{AtomicBool, Ordering};
-    /// Stops the watcher however `work` ends: a panic in it must not leave the scope waiting.
-    struct Stop<'a>(&'a AtomicBool);
-    impl Drop for Stop<'_> {
-        fn drop(&mut self) {
-            self.0.store(false, Ordering::Relaxed);
-        }
-    }
     let watching = AtomicBool::new(true);
     std::thread::scope(|s| {
         let watcher = s.spawn(|| {
@@ -2979,45 +2982,93 @@ async fn the_operator_container_killed_whole_in_each_topology() {
             r.start_simulation(&job, &[&["--runs", &RUNS.to_string()][..], LOAD].concat());
         load_under_way(&r, &mut sim, &job, 2).await;
         let started = Instant::now();
-        let (rounds, outage) = while_watching_ready(&r, || {
-            let mut rounds = vec![];
-            for round in 0..ROUNDS {
-                let at = Instant::now();
-                for pod in &pods {
-                    let pids = pids_of("load-control-operator", Some(pod));
-                    assert!(
-                        pids.len() >= 2,
-                        "{topology} round {round}, {pod}: the supervisor and its child: {pids:?}"
-                    );
-                    for pid in pids {
-                        signal(pid, "-KILL");
+        // NiFi's pooled connections outlive an endpoint's removal; a new connection (a NiFi node
+        // restarted, a pool grown) is what a Service without a ready endpoint refuses. Probed
+        // through the Service every 250 ms meanwhile: (attempts, refused).
+        let service = format!("http://{}:8080/healthz", r.service_ip());
+        let probing = std::sync::atomic::AtomicBool::new(true);
+        let ((rounds, outage), fresh) = std::thread::scope(|s| {
+            let prober = s.spawn(|| {
+                let (mut attempts, mut refused) = (0u32, 0u32);
+                while probing.load(std::sync::atomic::Ordering::Relaxed) {
+                    let code = r
+                        .node
+                        .in_netns("curl")
+                        .args([
+                            "-s",
+                            "-o",
+                            "/dev/null",
+                            "-w",
+                            "%{http_code}",
+                            "--max-time",
+                            "2",
+                        ])
+                        .arg(&service)
+                        .output()
+                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                        .unwrap_or_default();
+                    attempts += 1;
+                    if code != "200" {
+                        refused += 1;
                     }
+                    std::thread::sleep(Duration::from_millis(250));
                 }
-                wait_for(
-                    "every operator container restarted",
-                    Duration::from_secs(300),
-                    || {
-                        Ok(pods
-                            .iter()
-                            .all(|p| {
-                                container_state(&r, p, "operator") == (round + 1, true)
-                                    && operator_workers(p).len() == 1
-                            })
-                            .then_some(()))
-                    },
-                )
-                .unwrap();
-                let back = at.elapsed();
-                let leader = wait_for("a leader again", Duration::from_secs(60), || {
-                    Ok(r.lease_holder_pod().filter(|h| pods.contains(h)))
-                })
-                .unwrap();
-                rounds.push(
-                    json!({"round": round, "containers_back_seconds": back.as_secs_f64(),
-                    "leader": leader}),
-                );
-            }
-            rounds
+                (attempts, refused)
+            });
+            let stop = Stop(&probing);
+            let rounds_and_outage = while_watching_ready(&r, || {
+                let mut rounds = vec![];
+                for round in 0..ROUNDS {
+                    let at = Instant::now();
+                    for pod in &pods {
+                        let pids = pids_of("load-control-operator", Some(pod));
+                        assert!(
+                            pids.len() >= 2,
+                            "{topology} round {round}, {pod}: the supervisor and its child: {pids:?}"
+                        );
+                        // One kill(1) for all: once the container's first process is gone the
+                        // kernel ends the rest, so a later pid may be gone before its turn.
+                        let mut kill = std::process::Command::new("kill");
+                        kill.arg("-KILL").args(pids.iter().map(i32::to_string));
+                        let _ = kill.status().unwrap();
+                        wait_for(
+                            "every process of the container gone",
+                            Duration::from_secs(10),
+                            || {
+                                let left = pids_of("load-control-operator", Some(pod));
+                                Ok(pids.iter().all(|p| !left.contains(p)).then_some(()))
+                            },
+                        )
+                        .unwrap();
+                    }
+                    wait_for(
+                        "every operator container restarted",
+                        Duration::from_secs(300),
+                        || {
+                            Ok(pods
+                                .iter()
+                                .all(|p| {
+                                    container_state(&r, p, "operator") == (round + 1, true)
+                                        && operator_workers(p).len() == 1
+                                })
+                                .then_some(()))
+                        },
+                    )
+                    .unwrap();
+                    let back = at.elapsed();
+                    let leader = wait_for("a leader again", Duration::from_secs(60), || {
+                        Ok(r.lease_holder_pod().filter(|h| pods.contains(h)))
+                    })
+                    .unwrap();
+                    rounds.push(
+                        json!({"round": round, "containers_back_seconds": back.as_secs_f64(),
+                        "leader": leader}),
+                    );
+                }
+                rounds
+            });
+            drop(stop);
+            (rounds_and_outage, prober.join().unwrap())
         });
         assert_load_still_running(&mut sim, "the kills");
         let summary = Release::summary(sim);
@@ -3038,6 +3089,7 @@ async fn the_operator_container_killed_whole_in_each_topology() {
             "seconds": started.elapsed().as_secs_f64(), "nifi_requests": requests,
             "availability": availability, "nifi_failed_attempts": summary["failed_attempts"],
             "longest_without_a_ready_pod_seconds": outage.0.as_secs_f64(),
+            "new_connections": {"attempts": fresh.0, "refused": fresh.1},
             "restarts": restarts, "final_status": summary["final_status"]});
         eprintln!("node faults: {figure}");
         if topology == "sidecar" {
