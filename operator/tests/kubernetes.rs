@@ -1175,8 +1175,8 @@ fn selects(selector: &serde_yaml::Value, labels: &serde_yaml::Value) -> bool {
 /// operator alone, with the token and the release's Lease. The Service and the API's PDB select
 /// the API's pods only, the operator's PDB its own pods only, the PodMonitor and the NetworkPolicy
 /// both; the Service has no operator port. The sidecar topology stays the default (one Deployment,
-/// both containers) and refuses the autoscaler. Seen failing while the operator's pods carried the
-/// API's component label: the Service selected them.
+/// both containers) and refuses the autoscaler. Seen failing with the operator's pods and selector
+/// given the API's component label (the two Deployments then select each other's pods).
 #[test]
 fn the_split_topology_renders_the_api_and_the_operator_apart() {
     let docs = template_docs(&[
@@ -1413,10 +1413,10 @@ fn the_chart_isolates_the_operator_and_scrapes_what_it_labels() {
         "a given affinity replaces the default"
     );
     let np = tuned.iter().find(|d| d["kind"] == "NetworkPolicy").unwrap();
-    assert_eq!(
-        np["spec"]["podSelector"]["matchLabels"],
-        deployment["spec"]["selector"]["matchLabels"]
-    );
+    assert!(selects(
+        &np["spec"]["podSelector"],
+        &deployment["spec"]["template"]["metadata"]["labels"]
+    ));
     let egress_ports: Vec<i64> = np["spec"]["egress"]
         .as_sequence()
         .unwrap()
@@ -2823,7 +2823,7 @@ struct Monitors {
     api: Vec<serde_yaml::Value>,
     operator: Vec<serde_yaml::Value>,
     pod_monitor_selector: serde_yaml::Value,
-    deployment_selector: serde_yaml::Value,
+    deployment_pod_labels: serde_yaml::Value,
 }
 
 fn monitors(release: &str, sets: &[&str]) -> Monitors {
@@ -2843,8 +2843,8 @@ fn monitors(release: &str, sets: &[&str]) -> Monitors {
             .as_sequence()
             .unwrap()
             .clone(),
-        pod_monitor_selector: pm["spec"]["selector"]["matchLabels"].clone(),
-        deployment_selector: one("Deployment")["spec"]["selector"]["matchLabels"].clone(),
+        pod_monitor_selector: pm["spec"]["selector"].clone(),
+        deployment_pod_labels: one("Deployment")["spec"]["template"]["metadata"]["labels"].clone(),
     }
 }
 
@@ -2880,11 +2880,15 @@ fn assert_operator_scraped_once(m: &Monitors, release: &str) {
     assert_eq!(e["scheme"], "http", "the operator's port is plain HTTP");
     assert!(e["tlsConfig"].is_null());
     assert_eq!(static_label(e, "release").as_deref(), Some(release));
-    assert_eq!(m.pod_monitor_selector, m.deployment_selector);
+    assert!(selects(&m.pod_monitor_selector, &m.deployment_pod_labels));
     assert_eq!(
-        m.pod_monitor_selector["app.kubernetes.io/instance"],
+        m.pod_monitor_selector["matchLabels"]["app.kubernetes.io/instance"],
         release
     );
+    // Not the hooks' pods (the migration Job's, the test pod's).
+    let mut hook = m.deployment_pod_labels.clone();
+    hook["app.kubernetes.io/component"] = "migration".into();
+    assert!(!selects(&m.pod_monitor_selector, &hook));
     assert!(
         m.api.iter().all(|e| e["port"] != "metrics"),
         "the operator's port is the PodMonitor's: {:?}",
