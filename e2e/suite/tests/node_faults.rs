@@ -28,10 +28,10 @@ const LOAD: &[&str] = &[
     "240",
 ];
 
-/// The ledger's verdict on `job_key`: no violation of the invariants.
-async fn assert_ledger_clean(r: &Release, job_key: &str, runs: usize) {
+/// The ledger checker's report on `job_key`'s runs.
+async fn ledger_report(r: &Release, job_key: &str) -> e2e::check::Report {
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
-    let report = check(
+    check(
         &mut conn,
         &Scope {
             job_keys: vec![job_key.into()],
@@ -39,7 +39,12 @@ async fn assert_ledger_clean(r: &Release, job_key: &str, runs: usize) {
         },
     )
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// The ledger's verdict on `job_key`: no violation of the invariants.
+async fn assert_ledger_clean(r: &Release, job_key: &str, runs: usize) {
+    let report = ledger_report(r, job_key).await;
     assert!(report.violations.is_empty(), "{:#?}", report.violations);
     assert_eq!(report.runs as usize, runs);
 }
@@ -2287,16 +2292,8 @@ async fn the_ledger_restored_from_a_backup_under_load() {
 
     // 11. The ledger: the checker's violations and the acknowledged effects lost concern the
     //     runs the restore touched only.
+    let report = ledger_report(&r, JOB).await;
     let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
-    let report = check(
-        &mut conn,
-        &Scope {
-            job_keys: vec![JOB.into()],
-            stale_after_seconds: 0.0,
-        },
-    )
-    .await
-    .unwrap();
     let outside: Vec<_> = report
         .violations
         .iter()
@@ -3101,16 +3098,7 @@ async fn the_operator_container_killed_whole_in_each_topology() {
             );
             // What NiFi then did is measured, not required: a run may fail its stage after
             // PG-90's retry budget. Whatever happened, the ledger holds no violation.
-            let mut conn = sqlx::PgConnection::connect(&r.ledger_url).await.unwrap();
-            let report = check(
-                &mut conn,
-                &Scope {
-                    job_keys: vec![job.clone()],
-                    stale_after_seconds: 0.0,
-                },
-            )
-            .await
-            .unwrap();
+            let report = ledger_report(&r, &job).await;
             assert!(report.violations.is_empty(), "{:#?}", report.violations);
             r.k(&["delete", "loadjob", "faults", "--wait=false"]);
             r.remove().await;
