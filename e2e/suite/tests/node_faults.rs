@@ -1327,15 +1327,9 @@ fn status_with_token(
     ca: &std::path::Path,
     token: &str,
 ) -> String {
-    let out = r
-        .node
-        .in_netns("curl")
-        .args([
-            "-s",
-            "-o",
-            "/dev/null",
-            "-w",
-            "%{http_code}",
+    http_status(
+        r,
+        &[
             "--max-time",
             "3",
             "--cacert",
@@ -1345,10 +1339,19 @@ fn status_with_token(
             "-H",
             &format!("Authorization: Bearer {token}"),
             &format!("https://{host}:8080/v1/monitor/summary"),
-        ])
+        ],
+    )
+}
+
+/// The HTTP status curl gets inside the node's network with `args` (empty when it got none).
+fn http_status(r: &Release, args: &[&str]) -> String {
+    r.node
+        .in_netns("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .args(args)
         .output()
-        .unwrap();
-    String::from_utf8_lossy(&out.stdout).into_owned()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default()
 }
 
 /// Waits (2 minutes at most) until `at_least` dispatches of `job_key`'s runs have been sent
@@ -2988,22 +2991,7 @@ async fn the_operator_container_killed_whole_in_each_topology() {
             let prober = s.spawn(|| {
                 let (mut attempts, mut refused) = (0u32, 0u32);
                 while probing.load(std::sync::atomic::Ordering::Relaxed) {
-                    let code = r
-                        .node
-                        .in_netns("curl")
-                        .args([
-                            "-s",
-                            "-o",
-                            "/dev/null",
-                            "-w",
-                            "%{http_code}",
-                            "--max-time",
-                            "2",
-                        ])
-                        .arg(&service)
-                        .output()
-                        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-                        .unwrap_or_default();
+                    let code = http_status(&r, &["--max-time", "2", &service]);
                     attempts += 1;
                     if code != "200" {
                         refused += 1;
