@@ -84,6 +84,7 @@ fn every_parsed_configuration_key_is_used() {
     for dir in [
         "api-server/src",
         "operator/src",
+        "serving-tls/src",
         "ledger/src",
         "loadctl/src",
         "config/src",

@@ -11,6 +11,7 @@ pub mod loadjob_controller;
 pub mod loadrun_mirror;
 pub mod loadrun_requests;
 pub mod metrics;
+pub mod metrics_listener;
 pub mod mirror_queue;
 pub mod nifi_tls;
 pub mod orphan_jobs;

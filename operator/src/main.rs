@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::Parser;
 use lcconfig::config::{Config, config_path};
 use lcoperator::leadership::{AdvisoryLockLeadership, default_identity};
-use lcoperator::process::{Observers, Operator, health_router};
+use lcoperator::process::{Observers, Operator};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -213,18 +213,13 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     if let Some(n) = lcoperator::supervisor::child_restarts() {
         observers.metrics.process_restarts(n);
     }
-    if let Some(port) = config.worker.metrics_port {
-        let addr = format!("{}:{port}", config.worker.metrics_host);
-        let listener = tokio::net::TcpListener::bind(&addr)
-            .await
-            .with_context(|| format!("binding {addr}"))?;
-        let app = health_router(
-            ledger.clone(),
-            observers.metrics.clone(),
-            observers.health.clone(),
-        );
-        tokio::spawn(async move { axum::serve(listener, app).await });
-    }
+    let _listeners = lcoperator::metrics_listener::serve(
+        &config,
+        ledger.clone(),
+        observers.metrics.clone(),
+        observers.health.clone(),
+    )
+    .await?;
     let mut operator = if cli.standalone {
         let leadership =
             AdvisoryLockLeadership::new(config.database_dsn(), ledger.clone(), identity.clone());

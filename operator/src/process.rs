@@ -5,11 +5,6 @@ use crate::health::Health;
 use crate::leadership::Leadership;
 use crate::metrics::Metrics;
 use crate::sweeper::Sweeper;
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use futures::future::BoxFuture;
 use lcconfig::config::Config;
 use ledger::{Fence, Ledger};
@@ -183,7 +178,7 @@ impl Operator {
         Operator::start_observed(config, ledger, leadership, Observers::default())
     }
 
-    /// [`Operator::start`], reporting into `observers` (already served by [`health_router`]).
+    /// [`Operator::start`], reporting into `observers` (already served by [`crate::metrics_listener::router`]).
     pub fn start_observed<L: Leadership + 'static>(
         config: &Config,
         ledger: Ledger,
@@ -465,96 +460,6 @@ impl Operator {
             .ok()?
             .ok()
             .map(|f| f.clone().expect("waited for Some"))
-    }
-}
-
-#[derive(Clone)]
-struct HealthState {
-    ledger: Ledger,
-    metrics: Arc<Metrics>,
-    health: Health,
-}
-
-/// `/healthz` (liveness: fails only when a restart is the cure, see [`Health`]), `/readyz`
-/// (the database takes a write; leadership not required) and `/metrics` (§9.3).
-pub fn health_router(ledger: Ledger, metrics: Arc<Metrics>, health: Health) -> Router {
-    Router::new()
-        .route(
-            "/healthz",
-            get(|State(s): State<HealthState>| async move {
-                let (alive, body) = s.health.report();
-                let code = if alive {
-                    StatusCode::OK
-                } else {
-                    StatusCode::SERVICE_UNAVAILABLE
-                };
-                (code, axum::Json(body))
-            }),
-        )
-        .route("/readyz", get(readyz))
-        .route(
-            "/metrics",
-            // Negotiated on Accept as client_golang does (the exposition crate).
-            get(
-                |State(s): State<HealthState>, headers: axum::http::HeaderMap| async move {
-                    s.metrics
-                        .owned_by_other(s.ledger.owner_conflict().is_some());
-                    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
-                    let (content_type, body) =
-                        exposition::Format::respond(accept, s.metrics.render());
-                    ([(header::CONTENT_TYPE, content_type)], body)
-                },
-            ),
-        )
-        .with_state(HealthState {
-            ledger,
-            metrics,
-            health,
-        })
-}
-
-async fn readyz(State(s): State<HealthState>) -> impl IntoResponse {
-    // Waiting to start (no Kubernetes client yet): not ready, with the reason. The chart gives
-    // the operator container no readiness probe, so this never takes the pod out of the Service.
-    if let Some(why) = s.health.waiting_for() {
-        tracing::warn!(event = "readyz_failed", cause = %why, "not ready: no Kubernetes client yet");
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(
-                serde_json::json!({"status": "unavailable", "reason": "kubernetes_client", "message": why}),
-            ),
-        );
-    }
-    // Another release owning the ledger is a condition waited out (never an exit): not ready,
-    // with the message naming both installations and what to do.
-    let owner = tokio::time::timeout(Duration::from_secs(2), s.ledger.check_owner()).await;
-    s.metrics
-        .owned_by_other(s.ledger.owner_conflict().is_some());
-    if let Ok(Err(e @ ledger::LedgerError::OwnedByOther(_))) = owner {
-        tracing::warn!(event = "readyz_failed", cause = %e, "not ready: another load-control release owns the ledger");
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            axum::Json(
-                serde_json::json!({"status": "unavailable", "reason": "ledger_owned_by_other", "message": e.to_string()}),
-            ),
-        );
-    }
-    match tokio::time::timeout(Duration::from_secs(2), s.ledger.write_check()).await {
-        Ok(Ok(())) => (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({"status": "ok"})),
-        ),
-        outcome => {
-            let cause = match outcome {
-                Ok(Err(e)) => e.to_string(),
-                _ => "no write committed within 2s".to_string(),
-            };
-            tracing::warn!(event = "readyz_failed", cause = %cause, "not ready: the database cannot take this process's writes");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                axum::Json(serde_json::json!({"status": "unavailable"})),
-            )
-        }
     }
 }
 

@@ -2869,16 +2869,24 @@ fn api_endpoint(m: &Monitors) -> serde_yaml::Value {
     http[0].clone()
 }
 
-/// Each mode scrapes the operator the same way: its own plain-HTTP port (worker.metrics_port), on
-/// this release's Deployment pods only, labelled with the release; and only once (the
+/// Each mode scrapes the operator on its own port (worker.metrics_port) in the API's TLS mode (the
+/// same scheme and tlsConfig: worker.metrics_tls serves the API's certificate with its client
+/// check), on this release's Deployment pods only, labelled with the release; and only once (the
 /// ServiceMonitor does not scrape that port too, which would double every operator series).
 fn assert_operator_scraped_once(m: &Monitors, release: &str) {
     assert_eq!(m.operator.len(), 1, "{:?}", m.operator);
     let e = &m.operator[0];
     assert_eq!(e["port"], "metrics");
     assert_eq!(e["path"], "/metrics");
-    assert_eq!(e["scheme"], "http", "the operator's port is plain HTTP");
-    assert!(e["tlsConfig"].is_null());
+    let api = api_endpoint(m);
+    assert_eq!(
+        e["scheme"], api["scheme"],
+        "the operator in the API's TLS mode"
+    );
+    assert_eq!(
+        e["tlsConfig"], api["tlsConfig"],
+        "the operator in the API's TLS mode"
+    );
     assert_eq!(static_label(e, "release").as_deref(), Some(release));
     assert!(selects(&m.pod_monitor_selector, &m.deployment_pod_labels));
     assert_eq!(
@@ -3044,6 +3052,125 @@ fn under_mtls_the_probes_read_readyz_on_the_health_port() {
         let c = api(sets);
         assert_eq!(env(&c, "LCA_SERVER__HEALTH_PORT"), None, "{sets:?}");
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http", "{sets:?}");
+    }
+}
+
+/// Issue 41 item 4: in either topology the operator container serves its metrics in the API's TLS
+/// mode: with secrets.apiTls it has the API's certificate mounted and in its configuration
+/// (`worker.metrics_tls`), and its liveness probe follows (HTTPS on the metrics port; with client
+/// certificates required, plain HTTP on a probes port of its own, `worker.health_port`, since the
+/// kubelet has no client certificate). Without secrets.apiTls nothing of it is rendered.
+#[test]
+fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
+    let tls = "secrets.apiTls.existingSecret=lc-api-tls";
+    let ca = "secrets.apiTls.clientCaKey=client-ca.crt";
+    let required = "secrets.apiTls.clientCertRequired=true";
+    for topology in ["topology=sidecar", "topology=split"] {
+        let operator = |sets: &[&str]| {
+            let mut all = vec![topology, "operator.healthPort=9181"];
+            all.extend_from_slice(sets);
+            let docs = monitoring_render("lc", &all).unwrap_or_else(|e| panic!("{e}"));
+            let (deployment, container) = docs
+                .iter()
+                .filter(|d| d["kind"] == "Deployment")
+                .find_map(|d| {
+                    let c = d["spec"]["template"]["spec"]["containers"]
+                        .as_sequence()?
+                        .iter()
+                        .find(|c| c["name"] == "operator")?
+                        .clone();
+                    Some((d.clone(), c))
+                })
+                .expect("a Deployment with the operator container");
+            let volumes: Vec<String> = deployment["spec"]["template"]["spec"]["volumes"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .map(|v| v["name"].as_str().unwrap().to_string())
+                .collect();
+            (container, volumes)
+        };
+        let env = |c: &serde_yaml::Value, n: &str| {
+            c["env"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|e| e["name"] == n)
+                .map(|e| e["value"].as_str().unwrap().to_string())
+        };
+        let mounted = |c: &serde_yaml::Value| {
+            c["volumeMounts"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|m| m["name"] == "api-tls")
+                .map(|m| m["mountPath"].as_str().unwrap().to_string())
+        };
+        let port = |c: &serde_yaml::Value, name: &str| {
+            c["ports"]
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == name)
+                .map(|p| p["containerPort"].as_i64().unwrap())
+        };
+
+        let (plain, volumes) = operator(&[]);
+        assert_eq!(env(&plain, "LCA_WORKER__METRICS_TLS"), None, "{topology}");
+        assert_eq!(env(&plain, "LCA_SERVER__SSL_CERTFILE"), None, "{topology}");
+        assert_eq!(mounted(&plain), None, "{topology}");
+        assert!(!volumes.contains(&"api-tls".to_string()), "{topology}");
+        assert_eq!(plain["livenessProbe"]["httpGet"]["port"], "metrics");
+        assert!(plain["livenessProbe"]["httpGet"]["scheme"].is_null());
+
+        let (https, volumes) = operator(&[tls]);
+        assert_eq!(
+            env(&https, "LCA_WORKER__METRICS_TLS").as_deref(),
+            Some("true"),
+            "{topology}"
+        );
+        let (cert, key) = (
+            env(&https, "LCA_SERVER__SSL_CERTFILE").expect("the certificate"),
+            env(&https, "LCA_SERVER__SSL_KEYFILE").expect("the key"),
+        );
+        let dir = mounted(&https).expect("the API's certificate mounted");
+        assert!(
+            cert.starts_with(&format!("{dir}/")) && key.starts_with(&format!("{dir}/")),
+            "{cert} {key} under {dir}"
+        );
+        assert!(volumes.contains(&"api-tls".to_string()), "{topology}");
+        assert_eq!(env(&https, "LCA_WORKER__HEALTH_PORT"), None, "{topology}");
+        assert_eq!(https["livenessProbe"]["httpGet"]["port"], "metrics");
+        assert_eq!(
+            https["livenessProbe"]["httpGet"]["scheme"], "HTTPS",
+            "{topology}"
+        );
+
+        let (mtls, _) = operator(&[tls, ca, required]);
+        assert_eq!(
+            env(&mtls, "LCA_SERVER__SSL_CLIENT_CERT_REQUIRED").as_deref(),
+            Some("true")
+        );
+        let bundle = env(&mtls, "LCA_SERVER__SSL_CA_CERTS").expect("the client CA");
+        assert!(bundle.starts_with(&format!("{dir}/")), "{bundle}");
+        assert_eq!(
+            env(&mtls, "LCA_WORKER__HEALTH_PORT").as_deref(),
+            Some("9181"),
+            "{topology}"
+        );
+        assert_eq!(port(&mtls, "operator-health"), Some(9181), "{topology}");
+        assert_eq!(mtls["livenessProbe"]["httpGet"]["port"], "operator-health");
+        assert!(
+            mtls["livenessProbe"]["httpGet"]["scheme"].is_null(),
+            "plain HTTP"
+        );
+        let (optional, _) = operator(&[tls, ca]);
+        assert_eq!(
+            env(&optional, "LCA_WORKER__HEALTH_PORT"),
+            None,
+            "{topology}"
+        );
+        assert_eq!(port(&optional, "operator-health"), None, "{topology}");
     }
 }
 

@@ -6,7 +6,8 @@
 mod common;
 use common::*;
 use lcoperator::leadership::{AdvisoryLockLeadership, Leadership};
-use lcoperator::process::{Operator, health_router};
+use lcoperator::metrics_listener;
+use lcoperator::process::Operator;
 use ledger::{Fence, Ledger};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,7 +66,7 @@ impl Probe {
     async fn serve(ledger: &Ledger, op: &Operator) -> Probe {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let app = health_router(ledger.clone(), op.metrics.clone(), op.health.clone());
+        let app = metrics_listener::router(ledger.clone(), op.metrics.clone(), op.health.clone());
         tokio::spawn(async move { axum::serve(listener, app).await });
         Probe {
             url,

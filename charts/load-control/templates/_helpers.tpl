@@ -148,7 +148,7 @@ seccompProfile: {type: RuntimeDefault}
      so it fails the install instead. */}}
 {{- define "load-control.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) -}}
-{{- $owned := dict "server.port" "api.port" "server.health_port" "api.healthPort" "worker.metrics_port" "operator.metricsPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" "database.password_file" "database.passwordKey" "database.runtime_role" "database.runtimeRole" -}}
+{{- $owned := dict "server.port" "api.port" "server.health_port" "api.healthPort" "worker.metrics_port" "operator.metricsPort" "worker.metrics_tls" "secrets.apiTls.existingSecret" "worker.health_port" "operator.healthPort" "database.url" "database.existingSecret" "database.listen_dsn" "database.listenDsnSecret" "database.migration_url" "database.migrationUrlKey" "auth.tokens" "auth.existingSecret" "auth.token_digests" "auth.existingSecret" "auth.tokens_file" "auth.existingSecret" "nifi.signing_secret" "secrets.signingSecret" "nifi.signing_keys" "secrets.signingKeys" "database.password_file" "database.passwordKey" "database.runtime_role" "database.runtimeRole" -}}
 {{- if and .Values.secrets.signingSecret.existingSecret .Values.secrets.signingKeys.existingSecret -}}
 {{- fail "secrets.signingSecret and secrets.signingKeys must not both be set: signing keys replace the signing secret (make the current secret an entry of the keys' list, with an id)" -}}
 {{- end -}}
@@ -240,4 +240,34 @@ nothing is checked; `helm rollback` renders nothing (the older migration hook re
 {{- fail (printf "the ledger is at schema version %s (its leader was %s, Lease %s/%s), and this chart (load-control %s) runs on schema versions up to %s: its migration and pods would refuse that ledger. Nothing was changed. Stay on (or upgrade to) a chart that supports schema %s, or restore the ledger from a backup taken before that schema (docs/operations.md, \"Schema versions, upgrades and rollbacks\")." $ledger (get $annotations "load-control.io/ledger-schema-written-by" | default "a newer release") .Release.Namespace (include "load-control.leaseName" .) .Chart.AppVersion $max $ledger) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* How Prometheus verifies the API's certificate (serviceMonitor.tls), and the client certificate
+it presents when the API requires one: the ServiceMonitor's (the API) and the PodMonitor's (the
+operator's metrics, served with the same certificate and check under worker.metrics_tls). */}}
+{{- define "load-control.scrapeTlsConfig" -}}
+{{- $api := .Values.secrets.apiTls }}
+{{- $tls := .Values.serviceMonitor.tls }}
+serverName: {{ $tls.serverName | default (printf "%s.%s.svc" (include "load-control.fullname" .) .Release.Namespace) | quote }}
+{{- if and $tls.ca.secret $tls.ca.configMap }}
+{{- fail "serviceMonitor.tls.ca: set secret or configMap, not both" }}
+{{- else if $tls.ca.secret }}
+ca:
+  secret: {name: {{ $tls.ca.secret }}, key: {{ $tls.ca.key | required "serviceMonitor.tls.ca.key is required" }}}
+{{- else if $tls.ca.configMap }}
+ca:
+  configMap: {name: {{ $tls.ca.configMap }}, key: {{ $tls.ca.key | required "serviceMonitor.tls.ca.key is required" }}}
+{{- else if $tls.insecureSkipVerify }}
+# serviceMonitor.tls.insecureSkipVerify: the API's certificate is not verified.
+insecureSkipVerify: true
+{{- else }}
+{{- fail (printf "serviceMonitor.enabled with secrets.apiTls.existingSecret: the API serves HTTPS, so Prometheus needs the CA that signed its certificate. Set serviceMonitor.tls.ca.secret (or serviceMonitor.tls.ca.configMap) and serviceMonitor.tls.ca.key, e.g. --set serviceMonitor.tls.ca.secret=%s --set serviceMonitor.tls.ca.key=%s; or serviceMonitor.tls.insecureSkipVerify=true to scrape without verifying it" $api.existingSecret $api.caKey) }}
+{{- end }}
+{{- if $tls.clientCert.secret }}
+cert:
+  secret: {name: {{ $tls.clientCert.secret }}, key: {{ $tls.clientCert.certKey | required "serviceMonitor.tls.clientCert.certKey is required" }}}
+keySecret: {name: {{ $tls.clientCert.secret }}, key: {{ $tls.clientCert.keyKey | required "serviceMonitor.tls.clientCert.keyKey is required" }}}
+{{- else if $api.clientCertRequired }}
+{{- fail "serviceMonitor.enabled with secrets.apiTls.clientCertRequired: the API refuses clients without a certificate, so Prometheus needs one signed by the CA of secrets.apiTls.clientCaKey. Set serviceMonitor.tls.clientCert.secret to a kubernetes.io/tls Secret in the release's namespace (keys serviceMonitor.tls.clientCert.certKey, keyKey; default tls.crt, tls.key)" }}
+{{- end }}
 {{- end -}}

@@ -24,6 +24,21 @@ matchExpressions:
   - {key: app.kubernetes.io/component, operator: In, values: [server, operator]}
 {{- end -}}
 
+{{/* The API's certificate, key and client-certificate check (secrets.apiTls), as files of the
+api-tls volume: the api-server's port, and the operator's metrics port (worker.metrics_tls). */}}
+{{- define "load-control.apiTlsEnv" -}}
+{{- with .Values.secrets.apiTls }}
+{{- if .existingSecret }}
+- {name: LCA_SERVER__SSL_CERTFILE, value: /etc/load-control/tls/api/tls.crt}
+- {name: LCA_SERVER__SSL_KEYFILE, value: /etc/load-control/tls/api/tls.key}
+{{- if .clientCaKey }}
+- {name: LCA_SERVER__SSL_CA_CERTS, value: /etc/load-control/tls/api/client-ca.crt}
+- {name: LCA_SERVER__SSL_CLIENT_CERT_REQUIRED, value: {{ .clientCertRequired | quote }}}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "load-control.apiContainer" -}}
 - name: api-server
   image: {{ include "load-control.image" . }}
@@ -35,18 +50,9 @@ matchExpressions:
     # of the mounted Secret, re-read every server.reload_interval: `kubectl apply` of the
     # Secret reaches the running process (an environment variable never would).
     - {name: LCA_AUTH__TOKENS_FILE, value: /etc/load-control/tokens/tokens.yaml}
-    {{- with .Values.secrets.apiTls }}
-    {{- if .existingSecret }}
-    - {name: LCA_SERVER__SSL_CERTFILE, value: /etc/load-control/tls/api/tls.crt}
-    - {name: LCA_SERVER__SSL_KEYFILE, value: /etc/load-control/tls/api/tls.key}
-    {{- if .clientCaKey }}
-    - {name: LCA_SERVER__SSL_CA_CERTS, value: /etc/load-control/tls/api/client-ca.crt}
-    - {name: LCA_SERVER__SSL_CLIENT_CERT_REQUIRED, value: {{ .clientCertRequired | quote }}}
-    {{- if .clientCertRequired }}
-    - {name: LCA_SERVER__HEALTH_PORT, value: {{ $.Values.api.healthPort | quote }}}
-    {{- end }}
-    {{- end }}
-    {{- end }}
+    {{- include "load-control.apiTlsEnv" . | nindent 4 }}
+    {{- if and .Values.secrets.apiTls.existingSecret .Values.secrets.apiTls.clientCertRequired }}
+    - {name: LCA_SERVER__HEALTH_PORT, value: {{ .Values.api.healthPort | quote }}}
     {{- end }}
   ports:
     - {name: http, containerPort: {{ .Values.api.port }}}
@@ -145,8 +151,20 @@ matchExpressions:
     {{- end }}
     {{- end }}
     {{- end }}
+    {{- if .Values.secrets.apiTls.existingSecret }}
+    # The operator's metrics in HTTPS as the API's are: the same certificate, key and client
+    # check (worker.metrics_tls), re-read every server.reload_interval.
+    {{- include "load-control.apiTlsEnv" . | nindent 4 }}
+    - {name: LCA_WORKER__METRICS_TLS, value: "true"}
+    {{- if .Values.secrets.apiTls.clientCertRequired }}
+    - {name: LCA_WORKER__HEALTH_PORT, value: {{ .Values.operator.healthPort | quote }}}
+    {{- end }}
+    {{- end }}
   ports:
     - {name: metrics, containerPort: {{ .Values.operator.metricsPort }}}
+    {{- if and .Values.secrets.apiTls.existingSecret .Values.secrets.apiTls.clientCertRequired }}
+    - {name: operator-health, containerPort: {{ .Values.operator.healthPort }}}
+    {{- end }}
   # No readiness probe: pod readiness (and so the Service's endpoints, NiFi's API) is the
   # api-server's alone. The operator never exits for what it can wait out (CRDs missing,
   # RBAC 403, API server away, no Kubernetes client yet; /healthz names it) and its
@@ -154,7 +172,12 @@ matchExpressions:
   # does not answer): a crash-looping leader task is reported, never a restart, since a
   # restarted container takes this pod out of the Service.
   livenessProbe:
-    httpGet: {path: /healthz, port: metrics}
+    {{- if and .Values.secrets.apiTls.existingSecret .Values.secrets.apiTls.clientCertRequired }}
+    # The kubelet has no client certificate: the plain-HTTP probes port (worker.health_port).
+    httpGet: {path: /healthz, port: operator-health}
+    {{- else }}
+    httpGet: {path: /healthz, port: metrics{{ if .Values.secrets.apiTls.existingSecret }}, scheme: HTTPS{{ end }}}
+    {{- end }}
     periodSeconds: 10
     failureThreshold: 3
   resources: {{- toYaml .Values.operator.resources | nindent 4 }}
@@ -166,22 +189,17 @@ matchExpressions:
     {{- if .Values.secrets.nifiTls.existingSecret }}
     - {name: nifi-tls, mountPath: /etc/load-control/tls/nifi, readOnly: true}
     {{- end }}
+    {{- if .Values.secrets.apiTls.existingSecret }}
+    - {name: api-tls, mountPath: /etc/load-control/tls/api, readOnly: true}
+    {{- end }}
 {{- end -}}
 
-{{/* What both containers mount: the configuration and the database's files. */}}
+{{/* What both containers mount: the configuration, the database's files and the API's
+certificate (the operator's metrics are served with it too). */}}
 {{- define "load-control.commonVolumes" -}}
 - name: config
   configMap: {name: {{ include "load-control.fullname" . }}}
 {{- include "load-control.databaseVolumes" . | nindent 0 }}
-{{- end -}}
-
-{{- define "load-control.apiVolumes" -}}
-- name: api-tokens
-  secret:
-    secretName: {{ .Values.auth.existingSecret | required "auth.existingSecret is required: the name of a Secret in the release's namespace holding the api-server's tokens under auth.tokensKey (tokens.yaml), a YAML list of {name, role, sha256} (README, Install), then --set auth.existingSecret=lc-tokens" }}
-    defaultMode: 0440
-    items:
-      - {key: {{ .Values.auth.tokensKey }}, path: tokens.yaml}
 {{- with .Values.secrets.apiTls }}
 {{- if .existingSecret }}
 - name: api-tls
@@ -196,6 +214,15 @@ matchExpressions:
       {{- end }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+{{- define "load-control.apiVolumes" -}}
+- name: api-tokens
+  secret:
+    secretName: {{ .Values.auth.existingSecret | required "auth.existingSecret is required: the name of a Secret in the release's namespace holding the api-server's tokens under auth.tokensKey (tokens.yaml), a YAML list of {name, role, sha256} (README, Install), then --set auth.existingSecret=lc-tokens" }}
+    defaultMode: 0440
+    items:
+      - {key: {{ .Values.auth.tokensKey }}, path: tokens.yaml}
 {{- end -}}
 
 {{- define "load-control.operatorVolumes" -}}

@@ -115,6 +115,12 @@ impl Config {
         self.server.validate()?;
         self.nifi.validate()?;
         self.worker.validate()?;
+        if self.worker.metrics_tls && self.server.ssl_certfile.is_none() {
+            return Err(invalid(
+                "worker.metrics_tls",
+                "needs server.ssl_certfile and server.ssl_keyfile (the API's certificate, which the operator's metrics listener serves too)",
+            ));
+        }
         self.logging.validate()?;
         self.monitor.validate()?;
         check_token_entries(&self.auth.tokens, &self.auth.token_digests, "auth.")?;

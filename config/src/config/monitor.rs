@@ -44,6 +44,17 @@ pub struct WorkerConfig {
     /// Its port; `null` turns the listener off.
     #[schemars(range(min = 1, max = 65535))]
     pub metrics_port: Option<i64>,
+    /// Serve `metrics_port` in HTTPS with the API's certificate and key (`server.ssl_certfile`,
+    /// `ssl_keyfile`, re-read every `server.reload_interval`) and its client-certificate check
+    /// (`server.ssl_ca_certs`, `ssl_client_cert_required`), so that the operator's metrics are
+    /// protected as the API's are. Needs `server.ssl_certfile`.
+    pub metrics_tls: bool,
+    /// A second port, always plain HTTP, that answers `/healthz` and `/readyz` only (404 to
+    /// anything else), for the kubelet's probes when `metrics_tls` with
+    /// `server.ssl_client_cert_required` keeps them off `metrics_port` (a probe has no client
+    /// certificate). None: no second listener.
+    #[schemars(range(min = 1, max = 65535))]
+    pub health_port: Option<i64>,
 }
 
 impl Default for WorkerConfig {
@@ -51,6 +62,8 @@ impl Default for WorkerConfig {
         WorkerConfig {
             metrics_host: "0.0.0.0".into(),
             metrics_port: Some(9100),
+            metrics_tls: false,
+            health_port: None,
         }
     }
 }
@@ -74,6 +87,26 @@ impl WorkerConfig {
             return Err(invalid(
                 "worker.metrics_port",
                 format!("{p} is outside 1..65535"),
+            ));
+        }
+        if let Some(p) = self.health_port {
+            if !(1..=65535).contains(&p) {
+                return Err(invalid(
+                    "worker.health_port",
+                    format!("{p} is outside 1..65535"),
+                ));
+            }
+            if Some(p) == self.metrics_port {
+                return Err(invalid(
+                    "worker.health_port",
+                    format!("{p} is also worker.metrics_port; the probes need a port of their own"),
+                ));
+            }
+        }
+        if self.metrics_tls && self.metrics_port.is_none() {
+            return Err(invalid(
+                "worker.metrics_tls",
+                "needs worker.metrics_port (the listener it protects)",
             ));
         }
         Ok(())

@@ -396,6 +396,33 @@ fn startup_checks_name_the_key() {
         check("database: {url: 'postgres://h/d'}\ncleanup: {history_batch: 0}\n")
             .contains("cleanup.history_batch")
     );
+    // The operator's listener: its probes port of its own, TLS only with a certificate.
+    let db = "database: {url: 'postgres://h/d'}\n";
+    assert!(check(&format!("{db}worker: {{health_port: 0}}\n")).contains("worker.health_port"));
+    let e = check(&format!("{db}worker: {{health_port: 9100}}\n"));
+    assert!(
+        e.contains("worker.health_port") && e.contains("worker.metrics_port"),
+        "{e}"
+    );
+    let e = check(&format!("{db}worker: {{metrics_tls: true}}\n"));
+    assert!(
+        e.contains("worker.metrics_tls") && e.contains("server.ssl_certfile"),
+        "{e}"
+    );
+    let e = check(&format!(
+        "{db}worker: {{metrics_tls: true, metrics_port: null}}\nserver: {{ssl_certfile: c, ssl_keyfile: k}}\n"
+    ));
+    assert!(
+        e.contains("worker.metrics_tls") && e.contains("worker.metrics_port"),
+        "{e}"
+    );
+    Config::from_sources(
+        &format!("{db}worker: {{metrics_tls: true, health_port: 9101}}\nserver: {{ssl_certfile: c, ssl_keyfile: k}}\n"),
+        &[],
+    )
+    .unwrap()
+    .validate()
+    .unwrap();
     // Off: no bound on the cleanup retentions.
     Config::from_sources(
         "database: {url: 'postgres://h/d'}\ncleanup: {history_retention: null, failed_retention: P400D}\n",

@@ -588,14 +588,27 @@ fn leading_pods(r: &Release) -> Vec<bool> {
 }
 
 /// GET `path` of the operator's port (9100: metrics and probes) at pod address `ip`, from inside
-/// the node's network; empty when it does not answer.
+/// the node's network; empty when it does not answer. In plain HTTP, else in HTTPS: a release
+/// with secrets.apiTls serves it with the API's certificate (worker.metrics_tls), which this
+/// does not verify (it reads the operator's numbers; `served_certificate_year` checks the
+/// certificate).
 fn operator_get(r: &Release, ip: &str, path: &str) -> String {
-    r.node
-        .in_netns("curl")
-        .args(["-s", "--max-time", "3", &format!("http://{ip}:9100{path}")])
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
-        .unwrap_or_default()
+    let get = |url: String, insecure: bool| {
+        let mut curl = r.node.in_netns("curl");
+        curl.args(["-s", "--max-time", "3"]);
+        if insecure {
+            curl.arg("-k");
+        }
+        curl.arg(url)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    };
+    let plain = get(format!("http://{ip}:9100{path}"), false);
+    if !plain.is_empty() {
+        return plain;
+    }
+    get(format!("https://{ip}:9100{path}"), true)
 }
 
 /// Issue 19 item 1: the operator's RBAC taken away under NiFi load (both RoleBindings deleted, as
@@ -1297,14 +1310,14 @@ fn apply_secret(r: &Release, name: &str, literals: &[(&str, &str)]) {
 
 /// The year the certificate served to a new handshake at `ip`:8080 expires (`notAfter`), read
 /// from inside the node's network; None when no handshake completes.
-fn served_certificate_year(r: &Release, ip: &str) -> Option<i32> {
+fn served_certificate_year(r: &Release, ip: &str, port: u16) -> Option<i32> {
     let out = r
         .node
         .in_netns("sh")
         .args([
             "-c",
             &format!(
-                "openssl s_client -connect {ip}:8080 </dev/null 2>/dev/null | openssl x509 -noout -enddate"
+                "openssl s_client -connect {ip}:{port} </dev/null 2>/dev/null | openssl x509 -noout -enddate"
             ),
         ])
         .output()
@@ -1557,8 +1570,15 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
 
     // 1. The certificate renewed: every pod serves the new one to new handshakes.
     let started = Instant::now();
+    // The API's port and the operator's metrics port (worker.metrics_tls) serve the same one.
     for ip in pod_ips(&r) {
-        assert_eq!(served_certificate_year(&r, &ip), Some(2031), "{ip}");
+        for port in [8080, 9100] {
+            assert_eq!(
+                served_certificate_year(&r, &ip, port),
+                Some(2031),
+                "{ip}:{port}"
+            );
+        }
     }
     let (next_cert, next_key) = api_certificate(&ca, &host, 2032);
     apply_secret(
@@ -1570,10 +1590,14 @@ async fn certificates_tokens_and_signing_keys_rotated_under_load() {
             ("ca.crt", &ca.pem),
         ],
     );
-    await_every_pod("the renewed certificate served", || {
+    await_every_pod("the renewed certificate served on both ports", || {
         pod_ips(&r)
             .iter()
-            .map(|ip| served_certificate_year(&r, ip) == Some(2032))
+            .map(|ip| {
+                [8080, 9100]
+                    .iter()
+                    .all(|port| served_certificate_year(&r, ip, *port) == Some(2032))
+            })
             .collect()
     });
     phases.push(
@@ -2696,7 +2720,8 @@ fn prometheus_query(r: &Release, port: u16, query: &str) -> Vec<(Value, f64)> {
 /// on the node, configured from the chart's ServiceMonitor and PodMonitor as prometheus-operator
 /// would, in each TLS mode of the API: plain HTTP; HTTPS verified against the CA under the
 /// Service's name; HTTPS with client certificates required (where a scrape without the client
-/// certificate must fail). Every target the monitors name must be up, with the release label the
+/// certificate must fail, of either process). The operator's metrics follow the API's mode
+/// (worker.metrics_tls). Every target the monitors name must be up, with the release label the
 /// alerts select on.
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
@@ -2782,23 +2807,26 @@ async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
             scrape_job(&r, &dir, "operator", operator),
         ];
         if *mode == "mtls" {
-            // The same without the client certificate: the API must refuse it.
-            let mut bare = scrape_job(&r, &dir, "api-without-client-certificate", api);
-            bare["tls_config"]
-                .as_object_mut()
-                .unwrap()
-                .remove("cert_file");
-            bare["tls_config"]
-                .as_object_mut()
-                .unwrap()
-                .remove("key_file");
-            jobs.push(bare);
+            // The same without the client certificate: both processes must refuse it.
+            for (job, endpoint) in [
+                ("api-without-client-certificate", api),
+                ("operator-without-client-certificate", operator),
+            ] {
+                let mut bare = scrape_job(&r, &dir, job, endpoint);
+                let tls = bare["tls_config"].as_object_mut().unwrap();
+                tls.remove("cert_file");
+                tls.remove("key_file");
+                jobs.push(bare);
+            }
         }
-        assert_eq!(
-            api["scheme"],
-            if *mode == "plain" { "http" } else { "https" },
-            "{api}"
-        );
+        // The operator's metrics in the API's TLS mode (worker.metrics_tls).
+        for endpoint in [api, operator] {
+            assert_eq!(
+                endpoint["scheme"],
+                if *mode == "plain" { "http" } else { "https" },
+                "{endpoint}"
+            );
+        }
         let config = dir.join(format!("prometheus-{mode}.yml"));
         std::fs::write(
             &config,
@@ -2840,7 +2868,7 @@ async fn prometheus_scrapes_both_processes_in_each_tls_mode() {
             )
         });
         for (job, instance, health, error) in &targets {
-            let want = if job == "api-without-client-certificate" {
+            let want = if job.ends_with("-without-client-certificate") {
                 "down"
             } else {
                 "up"

@@ -1,9 +1,10 @@
-//! TLS termination in the api-server (`server.ssl_certfile`, `ssl_keyfile`, `ssl_ca_certs`,
-//! `ssl_client_cert_required`): rustls with the ring provider. Handshakes run in their own tasks,
-//! so a slow or hostile client never holds up the accept loop, and a failed one is logged and
-//! dropped. The certificate and key are served by [`ReloadingCert`]: read again every
-//! `server.reload_interval` (`reload.rs`), so a renewed certificate is used by the next handshake
-//! while established connections go on with the one they began with.
+//! TLS termination in the api-server and, with `worker.metrics_tls`, in the operator's metrics
+//! listener (`server.ssl_certfile`, `ssl_keyfile`, `ssl_ca_certs`, `ssl_client_cert_required`):
+//! rustls with the ring provider. Handshakes run in their own tasks, so a slow or hostile client
+//! never holds up the accept loop, and a failed one is logged and dropped. The certificate and key
+//! are served by [`ReloadingCert`]: read again every `server.reload_interval` (`reload.rs`), so a
+//! renewed certificate is used by the next handshake while established connections go on with
+//! the one they began with.
 use crate::reload::{Refused, Watch};
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
