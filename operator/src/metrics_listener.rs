@@ -66,7 +66,10 @@ pub async fn serve(
         tokio::spawn(async move { axum::serve(tcp, app).await });
         return Ok(listeners);
     }
-    let tls = serving_tls::tls::server_config(&config.server)?
+    let tls = serving_tls::tls::server_config(&config.server)
+        .context(
+            "worker.metrics_tls: the operator's metrics listener serves the API's certificate",
+        )?
         .context("worker.metrics_tls needs server.ssl_certfile and server.ssl_keyfile")?;
     // The same files as the api-server's, under the same label: one certificate to renew.
     metrics.certificate_reloaded("api", Some(tls.not_after));

@@ -1262,6 +1262,13 @@ fn the_split_topology_renders_the_api_and_the_operator_apart() {
         hook_role["rules"][0]["resourceNames"][0],
         "lc-load-control-operator"
     );
+    // `helm test` reads the API's metrics through the Service, which has no operator port here.
+    let test_pod = docs
+        .iter()
+        .find(|d| d["kind"] == "Pod" && d["metadata"]["annotations"]["helm.sh/hook"] == "test")
+        .unwrap();
+    let command = serde_yaml::to_string(&test_pod["spec"]["containers"][0]["command"]).unwrap();
+    assert_eq!(command.matches("--metrics").count(), 1, "{command}");
     let hpa = named("HorizontalPodAutoscaler", "lc-load-control");
     assert_eq!(hpa["spec"]["scaleTargetRef"]["name"], "lc-load-control");
     assert_eq!(
@@ -1504,9 +1511,11 @@ fn the_chart_takes_credentials_from_secrets_only() {
         op.contains(&"LCA_NIFI__SIGNING_SECRET".into())
             && !api.contains(&"LCA_NIFI__SIGNING_SECRET".into())
     );
+    // The API's key goes to both: the operator serves its metrics with the API's certificate
+    // (worker.metrics_tls), and to no one without secrets.apiTls.
     assert!(
         api.contains(&"LCA_SERVER__SSL_KEYFILE".into())
-            && !op.contains(&"LCA_SERVER__SSL_KEYFILE".into())
+            && op.contains(&"LCA_SERVER__SSL_KEYFILE".into())
     );
     assert!(
         op.contains(&"LCA_NIFI__CLIENT_KEY".into())
@@ -1530,14 +1539,23 @@ fn the_chart_takes_credentials_from_secrets_only() {
         .into_iter()
         .find(|m| m["name"] == "api-tokens")
         .expect("the tokens Secret mounted into the api-server");
+    // The tokens are the api-server's alone; the API's certificate is both processes' (the
+    // operator serves its metrics with it, worker.metrics_tls).
     assert!(
         !mounts_of("operator")
             .iter()
-            .any(|m| m["name"] == "api-tokens" || m["name"] == "api-tls"),
-        "the operator mounts the API's Secrets"
+            .any(|m| m["name"] == "api-tokens"),
+        "the operator mounts the API's tokens"
+    );
+    assert!(
+        mounts_of("operator").iter().any(|m| m["name"] == "api-tls"),
+        "the operator serves its metrics with the API's certificate"
     );
     // Mounted as directories: a subPath mount is never updated when its Secret changes.
-    for mount in mounts_of("api-server") {
+    for mount in mounts_of("api-server")
+        .into_iter()
+        .chain(mounts_of("operator"))
+    {
         assert!(mount["subPath"].is_null(), "{mount:?}");
     }
     let pod_spec =
@@ -1629,10 +1647,16 @@ fn the_chart_takes_credentials_from_secrets_only() {
         .map(|c| c.as_str().unwrap())
         .collect();
     assert!(command[2].starts_with("https://"), "{command:?}");
-    assert_eq!(
-        command.iter().filter(|c| **c == "--metrics").count(),
-        2,
-        "both containers scraped"
+    let scraped: Vec<&str> = command
+        .windows(2)
+        .filter(|w| w[0] == "--metrics")
+        .map(|w| w[1])
+        .collect();
+    assert_eq!(scraped.len(), 2, "both containers scraped: {command:?}");
+    // The operator's port serves HTTPS too when the API's does (worker.metrics_tls).
+    assert!(
+        scraped.iter().all(|u| u.starts_with("https://")),
+        "{scraped:?}"
     );
     assert_eq!(
         test_pod["spec"]["containers"][0]["env"][0]["name"],
@@ -3138,7 +3162,11 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
             cert.starts_with(&format!("{dir}/")) && key.starts_with(&format!("{dir}/")),
             "{cert} {key} under {dir}"
         );
-        assert!(volumes.contains(&"api-tls".to_string()), "{topology}");
+        assert_eq!(
+            volumes.iter().filter(|v| *v == "api-tls").count(),
+            1,
+            "{topology}: one api-tls volume for the pod's containers: {volumes:?}"
+        );
         assert_eq!(env(&https, "LCA_WORKER__HEALTH_PORT"), None, "{topology}");
         assert_eq!(https["livenessProbe"]["httpGet"]["port"], "metrics");
         assert_eq!(
@@ -3171,7 +3199,19 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
             "{topology}"
         );
         assert_eq!(port(&optional, "operator-health"), None, "{topology}");
+        assert_eq!(
+            optional["livenessProbe"]["httpGet"]["scheme"], "HTTPS",
+            "{topology}"
+        );
     }
+    // The sidecar's containers share the pod's network: a port used twice refuses to render.
+    let refused = template_refused("operator.metricsPort=8080");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success()
+            && stderr.contains("api.port and operator.metricsPort are both 8080"),
+        "{stderr}"
+    );
 }
 
 /// A mode that needs a value the user did not give refuses to render, naming the value, instead of
