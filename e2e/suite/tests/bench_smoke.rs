@@ -1,7 +1,8 @@
 //! load-bench (issue 12) as shipped: its `main`, on the debug binaries, with `--quick` sizes. It
 //! asserts that every scenario ran and that what it measured is a real outcome (runs finished,
 //! the run completed exactly once, every dispatch arrived, the cancel and the failure applied,
-//! the MultiXact figure read, every mirrored change seen on its LoadRun) — never the figures themselves, which scripts/bench produces.
+//! the MultiXact figure read, every mirrored change seen on its LoadRun, the rows each kind of chunk
+//! report writes) — never the figures themselves, which scripts/bench produces.
 use serde_json::Value;
 use std::collections::BTreeMap;
 
@@ -129,6 +130,54 @@ fn load_bench_quick_runs_every_scenario_and_prints_json_lines() {
     let mx = one("multixact");
     assert_eq!(mx["failed"], 0, "{mx}");
     assert!(mx["multixacts_consumed"].as_i64().unwrap() >= 0);
+    // The cost of one chunk report (--quick: 3 runs × 3 partitions × 3 chunks), by phase: the
+    // rows each kind of report must write, as the contract says, read from PostgreSQL's counters.
+    let cost = &by["cost"];
+    let phases: Vec<(&str, u64)> = cost
+        .iter()
+        .map(|l| (l["phase"].as_str().unwrap(), l["reports"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(
+        phases,
+        [("recording", 18), ("deciding", 6), ("completing", 3)],
+        "{cost:?}"
+    );
+    for l in cost {
+        let rows = &l["rows_per_report"];
+        // Every report records its chunk: one file row, in its key and its unique path.
+        assert_eq!(rows["load_file"]["inserted"], 1.0, "{l}");
+        assert_eq!(rows["load_file"]["index_entries"], 2.0, "{l}");
+        assert_eq!(l["latency_ms"]["n"], l["reports"], "{l}");
+        assert!(
+            l["statements_inside_per_report"].as_f64().unwrap() >= 5.0,
+            "the function's own statements counted: {l}"
+        );
+        assert!(
+            l["wal_per_report"]["statement_bytes"].as_f64().unwrap() > 0.0,
+            "{l}"
+        );
+        // Read from /proc in clock ticks (10 ms): three reports may take none.
+        assert!(
+            l["cpu_ms_per_report"]["postgresql"].as_f64().unwrap() >= 0.0,
+            "{l}"
+        );
+    }
+    // Recording refreshes the partition's heartbeat, a HOT update; deciding writes its
+    // PARTITION_SUCCESS event and the partition's status (not HOT: the status is indexed);
+    // completing adds the run's EXTRACT_VALIDATED event and one VALIDATE_RUN dispatch.
+    let rows =
+        |phase: &str| cost.iter().find(|l| l["phase"] == phase).unwrap()["rows_per_report"].clone();
+    let recording = rows("recording");
+    assert_eq!(recording["load_partition"]["updated"], 1.0, "{recording}");
+    assert_eq!(recording["load_partition"]["hot"], 1.0, "{recording}");
+    assert!(recording["load_event"].is_null(), "no event: {recording}");
+    let deciding = rows("deciding");
+    assert_eq!(deciding["load_event"]["inserted"], 1.0, "{deciding}");
+    assert_eq!(deciding["load_partition"]["hot"], 0.0, "{deciding}");
+    assert!(deciding["load_dispatch"].is_null(), "{deciding}");
+    let completing = rows("completing");
+    assert_eq!(completing["load_event"]["inserted"], 2.0, "{completing}");
+    assert_eq!(completing["load_dispatch"]["inserted"], 1.0, "{completing}");
 }
 
 /// `--only aged` at a tiny size: both phases, the fill, the ratios and the retention catch-up

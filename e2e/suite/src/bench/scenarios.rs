@@ -154,7 +154,7 @@ pub async fn pgbench(b: &Bench, s: &Sizes) -> anyhow::Result<(Vec<Value>, HashMa
 
 /// PG-10: creates a run and registers a manifest of `partitions` partitions of `rows` rows each,
 /// numbers as strings as NiFi sends them. (run, hdfsRunPath, [(partitionId, expected rows)]).
-async fn create_run(
+pub(crate) async fn create_run(
     c: &Client,
     business_key: &str,
     partitions: usize,
@@ -206,7 +206,7 @@ async fn create_run(
     Ok((run, path, dispatch))
 }
 
-async fn claim(c: &Client, run: Uuid, pid: &str, token: Uuid) -> anyhow::Result<()> {
+pub(crate) async fn claim(c: &Client, run: Uuid, pid: &str, token: Uuid) -> anyhow::Result<()> {
     let a = c
         .post(
             "claim",
@@ -219,7 +219,7 @@ async fn claim(c: &Client, run: Uuid, pid: &str, token: Uuid) -> anyhow::Result<
 }
 
 #[allow(clippy::too_many_arguments)]
-async fn report_chunk(
+pub(crate) async fn report_chunk(
     c: &Client,
     run: Uuid,
     pid: &str,
@@ -894,7 +894,7 @@ const HOT_TABLES: &[&str] = &[
 
 /// A backend flushes its table statistics at most once a second, and an idle one up to 10 s
 /// later (PostgreSQL 15's `PGSTAT_IDLE_INTERVAL`): a reading waits this out.
-const STATS_FLUSH: Duration = Duration::from_millis(11_000);
+pub(crate) const STATS_FLUSH: Duration = Duration::from_millis(11_000);
 
 /// WAL and row versions of one measured phase: `start` resets pg_stat_statements and reads the
 /// tables' update counters, `finish` reads both again and divides by the phase's requests.

@@ -21,6 +21,7 @@ const SCENARIOS: &[&str] = &[
     "hostile",
     "slow_clients",
     "aged",
+    "cost",
 ];
 
 #[derive(Parser, Debug)]
@@ -40,7 +41,7 @@ struct Args {
     #[arg(long)]
     bin_dir: Option<PathBuf>,
     /// Scenarios to run, comma-separated
-    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,scale,completion,manifest,dispatch,storm,rss,hostile,slow_clients,multixact,mirror",
+    #[arg(long, value_delimiter = ',', default_value = "pgbench,lifecycle,scale,completion,manifest,dispatch,storm,rss,hostile,slow_clients,multixact,cost,mirror",
           value_parser = clap::builder::PossibleValuesParser::new(SCENARIOS))]
     only: Vec<String>,
     /// Concurrent clients of pgbench and the lifecycle, comma-separated
@@ -277,6 +278,19 @@ async fn main() -> anyhow::Result<()> {
                 s.multixact_outcomes
             );
             emit(&scenarios::multixact(&mut bench, &s, 16).await?);
+        }
+        if run("cost") {
+            let sizes = e2e::bench::cost::CostSizes::default_for(args.quick);
+            eprintln!(
+                "load-bench: the cost of one chunk report ({} runs × {} partitions × {} chunks, one at a time, the operator stopped)",
+                sizes.runs, sizes.partitions, sizes.chunks
+            );
+            // One writer: nothing but the reports in PostgreSQL's counters.
+            bench.operator.stop();
+            e2e::bench::cost::cost(&bench, &sizes)
+                .await?
+                .iter()
+                .for_each(emit);
         }
         if run("mirror") {
             eprintln!(
