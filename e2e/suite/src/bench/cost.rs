@@ -98,9 +98,12 @@ struct Start {
     at: Instant,
 }
 
-async fn start(b: &Bench, db: &mut sqlx::PgConnection) -> anyhow::Result<Start> {
-    // The earlier phase's counters flushed by its (now idle) backends.
-    tokio::time::sleep(STATS_FLUSH).await;
+/// `flush`: wait until the backends that ran before have flushed their table counters (after a
+/// phase's `finish`, which waited already, only this connection has run since).
+async fn start(b: &Bench, db: &mut sqlx::PgConnection, flush: bool) -> anyhow::Result<Start> {
+    if flush {
+        tokio::time::sleep(STATS_FLUSH).await;
+    }
     let rows = row_counters(db).await?;
     sqlx::query("SELECT pg_stat_statements_reset()")
         .execute(&mut *db)
@@ -235,6 +238,18 @@ async fn finish(
 /// each nested statement some microseconds, charged to the report's execution time).
 pub async fn cost(b: &Bench, sizes: &CostSizes) -> anyhow::Result<Vec<Value>> {
     let mut db = b.db().await?;
+    // A `-c` on PostgreSQL's command line (load-bench --statements) outranks ALTER SYSTEM: the
+    // first pass would count nested statements, and pay for it.
+    let (track, source): (String, String) = sqlx::query_as(
+        "SELECT setting, source FROM pg_settings WHERE name = 'pg_stat_statements.track'",
+    )
+    .fetch_one(&mut db)
+    .await?;
+    anyhow::ensure!(
+        track == "top",
+        "the cost scenario measures its first pass with pg_stat_statements.track = top, and it is \
+         {track} (from the {source}): run it without --statements"
+    );
     let plain = phases(b, &mut db, sizes).await?;
     // A reload reaches the api-server's open connections before their next statement.
     sqlx::query("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
@@ -254,6 +269,8 @@ pub async fn cost(b: &Bench, sizes: &CostSizes) -> anyhow::Result<Vec<Value>> {
         .into_iter()
         .zip(counted?)
         .map(|(mut line, counted)| {
+            // Zero unless the first pass counted nested statements too (it must not).
+            line["statements_inside_first_pass"] = line["statements_inside_per_report"].clone();
             for key in ["statements_inside_per_report", "inside"] {
                 line[key] = counted[key].clone();
             }
@@ -291,7 +308,7 @@ async fn phases(
     }
     let mut lines = vec![];
     // Recording: every chunk but each partition's last.
-    let s = start(b, db).await?;
+    let s = start(b, db, true).await?;
     let mut latencies = vec![];
     for (run, path, parts) in &runs {
         for (pid, token) in parts {
@@ -308,7 +325,7 @@ async fn phases(
     }
     lines.push(finish(b, db, s, "recording", &latencies).await?);
     // Deciding: each partition's last chunk, but the run's last partition.
-    let s = start(b, db).await?;
+    let s = start(b, db, false).await?;
     let mut latencies = vec![];
     for (run, path, parts) in &runs {
         for (pid, token) in &parts[..parts.len() - 1] {
@@ -323,7 +340,7 @@ async fn phases(
     }
     lines.push(finish(b, db, s, "deciding", &latencies).await?);
     // Completing: the last partition's last chunk.
-    let s = start(b, db).await?;
+    let s = start(b, db, false).await?;
     let mut latencies = vec![];
     for (run, path, parts) in &runs {
         let (pid, token) = parts.last().expect("two partitions at least");
