@@ -603,6 +603,16 @@ fn render(cp: &ControlPlane, release: &str, ns: &str) -> String {
     template(cp.helm(), release, ns, &[])
 }
 
+/// The value of a container's environment variable `name` as rendered, if it is set.
+fn env_value(container: &serde_yaml::Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .map(|e| e["value"].as_str().unwrap().to_string())
+}
+
 /// `helm template` of the chart with `--set` values; the rendered YAML.
 /// `helm template` of the chart with one `--set` that the chart must refuse: helm's output.
 fn template_refused(set: &str) -> std::process::Output {
@@ -3032,14 +3042,6 @@ fn under_mtls_the_probes_read_readyz_on_the_health_port() {
             .unwrap()
             .clone()
     };
-    let env = |c: &serde_yaml::Value, n: &str| {
-        c["env"]
-            .as_sequence()
-            .unwrap()
-            .iter()
-            .find(|e| e["name"] == n)
-            .map(|e| e["value"].as_str().unwrap().to_string())
-    };
     let mtls = api(&[
         "secrets.apiTls.existingSecret=lc-api-tls",
         "secrets.apiTls.clientCaKey=client-ca.crt",
@@ -3047,7 +3049,7 @@ fn under_mtls_the_probes_read_readyz_on_the_health_port() {
         "api.healthPort=9091",
     ]);
     assert_eq!(
-        env(&mtls, "LCA_SERVER__HEALTH_PORT").as_deref(),
+        env_value(&mtls, "LCA_SERVER__HEALTH_PORT").as_deref(),
         Some("9091")
     );
     let health = mtls["ports"]
@@ -3074,7 +3076,7 @@ fn under_mtls_the_probes_read_readyz_on_the_health_port() {
         ][..],
     ] {
         let c = api(sets);
-        assert_eq!(env(&c, "LCA_SERVER__HEALTH_PORT"), None, "{sets:?}");
+        assert_eq!(env_value(&c, "LCA_SERVER__HEALTH_PORT"), None, "{sets:?}");
         assert_eq!(c["readinessProbe"]["httpGet"]["port"], "http", "{sets:?}");
     }
 }
@@ -3114,14 +3116,6 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
                 .collect();
             (container, volumes)
         };
-        let env = |c: &serde_yaml::Value, n: &str| {
-            c["env"]
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .find(|e| e["name"] == n)
-                .map(|e| e["value"].as_str().unwrap().to_string())
-        };
         let mounted = |c: &serde_yaml::Value| {
             c["volumeMounts"]
                 .as_sequence()
@@ -3140,8 +3134,16 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
         };
 
         let (plain, volumes) = operator(&[]);
-        assert_eq!(env(&plain, "LCA_WORKER__METRICS_TLS"), None, "{topology}");
-        assert_eq!(env(&plain, "LCA_SERVER__SSL_CERTFILE"), None, "{topology}");
+        assert_eq!(
+            env_value(&plain, "LCA_WORKER__METRICS_TLS"),
+            None,
+            "{topology}"
+        );
+        assert_eq!(
+            env_value(&plain, "LCA_SERVER__SSL_CERTFILE"),
+            None,
+            "{topology}"
+        );
         assert_eq!(mounted(&plain), None, "{topology}");
         assert!(!volumes.contains(&"api-tls".to_string()), "{topology}");
         assert_eq!(plain["livenessProbe"]["httpGet"]["port"], "metrics");
@@ -3149,13 +3151,13 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
 
         let (https, volumes) = operator(&[tls]);
         assert_eq!(
-            env(&https, "LCA_WORKER__METRICS_TLS").as_deref(),
+            env_value(&https, "LCA_WORKER__METRICS_TLS").as_deref(),
             Some("true"),
             "{topology}"
         );
         let (cert, key) = (
-            env(&https, "LCA_SERVER__SSL_CERTFILE").expect("the certificate"),
-            env(&https, "LCA_SERVER__SSL_KEYFILE").expect("the key"),
+            env_value(&https, "LCA_SERVER__SSL_CERTFILE").expect("the certificate"),
+            env_value(&https, "LCA_SERVER__SSL_KEYFILE").expect("the key"),
         );
         let dir = mounted(&https).expect("the API's certificate mounted");
         assert!(
@@ -3167,7 +3169,11 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
             1,
             "{topology}: one api-tls volume for the pod's containers: {volumes:?}"
         );
-        assert_eq!(env(&https, "LCA_WORKER__HEALTH_PORT"), None, "{topology}");
+        assert_eq!(
+            env_value(&https, "LCA_WORKER__HEALTH_PORT"),
+            None,
+            "{topology}"
+        );
         assert_eq!(https["livenessProbe"]["httpGet"]["port"], "metrics");
         assert_eq!(
             https["livenessProbe"]["httpGet"]["scheme"], "HTTPS",
@@ -3176,13 +3182,13 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
 
         let (mtls, _) = operator(&[tls, ca, required]);
         assert_eq!(
-            env(&mtls, "LCA_SERVER__SSL_CLIENT_CERT_REQUIRED").as_deref(),
+            env_value(&mtls, "LCA_SERVER__SSL_CLIENT_CERT_REQUIRED").as_deref(),
             Some("true")
         );
-        let bundle = env(&mtls, "LCA_SERVER__SSL_CA_CERTS").expect("the client CA");
+        let bundle = env_value(&mtls, "LCA_SERVER__SSL_CA_CERTS").expect("the client CA");
         assert!(bundle.starts_with(&format!("{dir}/")), "{bundle}");
         assert_eq!(
-            env(&mtls, "LCA_WORKER__HEALTH_PORT").as_deref(),
+            env_value(&mtls, "LCA_WORKER__HEALTH_PORT").as_deref(),
             Some("9181"),
             "{topology}"
         );
@@ -3194,7 +3200,7 @@ fn the_operator_serves_its_metrics_in_the_apis_tls_mode() {
         );
         let (optional, _) = operator(&[tls, ca]);
         assert_eq!(
-            env(&optional, "LCA_WORKER__HEALTH_PORT"),
+            env_value(&optional, "LCA_WORKER__HEALTH_PORT"),
             None,
             "{topology}"
         );

@@ -11,20 +11,14 @@
 //! api-server's CPU.
 use super::Bench;
 use super::client::percentiles;
-use super::scenarios::{STATS_FLUSH, claim, create_run, report_chunk};
+use super::scenarios::{HOT_TABLES, STATS_FLUSH, claim, create_run, report_chunk};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::time::Instant;
 use uuid::Uuid;
 
-/// The tables a chunk report can write.
-const TABLES: &[&str] = &[
-    "load_run",
-    "load_partition",
-    "load_file",
-    "load_event",
-    "load_dispatch",
-];
+/// The tables a chunk report can write: the hot path's.
+const TABLES: &[&str] = HOT_TABLES;
 
 /// How the cost scenario is sized.
 #[derive(Clone, Debug)]
@@ -232,6 +226,18 @@ async fn finish(
     }))
 }
 
+/// `ALTER SYSTEM <change>` and a reload, which reaches the api-server's open connections before
+/// their next statement.
+async fn track_statements(db: &mut sqlx::PgConnection, change: &'static str) -> anyhow::Result<()> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("ALTER SYSTEM {change}")))
+        .execute(&mut *db)
+        .await?;
+    sqlx::query("SELECT pg_reload_conf()")
+        .execute(&mut *db)
+        .await?;
+    Ok(())
+}
+
 /// The three phases, one JSON line each. They run twice, on runs of their own: first as they
 /// run in production (`pg_stat_statements.track = top`: the CPU, execution time, WAL and rows),
 /// then with `track = all`, for the statements inside the function only (counting them costs
@@ -251,20 +257,9 @@ pub async fn cost(b: &Bench, sizes: &CostSizes) -> anyhow::Result<Vec<Value>> {
          {track} (from the {source}): run it without --statements"
     );
     let plain = phases(b, &mut db, sizes).await?;
-    // A reload reaches the api-server's open connections before their next statement.
-    sqlx::query("ALTER SYSTEM SET pg_stat_statements.track = 'all'")
-        .execute(&mut db)
-        .await?;
-    sqlx::query("SELECT pg_reload_conf()")
-        .execute(&mut db)
-        .await?;
+    track_statements(&mut db, "SET pg_stat_statements.track = 'all'").await?;
     let counted = phases(b, &mut db, sizes).await;
-    sqlx::query("ALTER SYSTEM RESET pg_stat_statements.track")
-        .execute(&mut db)
-        .await?;
-    sqlx::query("SELECT pg_reload_conf()")
-        .execute(&mut db)
-        .await?;
+    track_statements(&mut db, "RESET pg_stat_statements.track").await?;
     Ok(plain
         .into_iter()
         .zip(counted?)

@@ -884,7 +884,7 @@ pub async fn statements(b: &Bench, after: &str, top: i64) -> anyhow::Result<Valu
 }
 
 /// The tables whose updates the hot path makes (issue 30): their updates and HOT share.
-const HOT_TABLES: &[&str] = &[
+pub(crate) const HOT_TABLES: &[&str] = &[
     "load_run",
     "load_partition",
     "load_file",
