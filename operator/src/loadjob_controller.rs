@@ -342,7 +342,13 @@ fn error_policy(job: Arc<GuardedJob>, error: &LoopError, ctx: Arc<Context>) -> A
 /// ledger write and summary): the dispatcher shares the pool.
 const RECONCILE_CONCURRENCY: u16 = 4;
 
-/// Loop 1: the LoadJob controller, until `shutdown`.
+/// How long reconciles in flight may go on once shutdown is asked: a Kubernetes write that
+/// hangs must not hold up the Lease's release, which waits for this loop (a reconcile cut off is
+/// done again by the next leader, as after a crash).
+const RECONCILE_STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// Loop 1: the LoadJob controller, until `shutdown` (and the reconciles in flight, up to
+/// [`RECONCILE_STOP_GRACE`]).
 pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<bool>) {
     let jobs = ctx.scope.apis::<GuardedJob>(&ctx.client);
     let controllers = jobs.into_iter().map(|jobs| {
@@ -366,7 +372,17 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             .run(reconcile_job, error_policy, ctx.clone())
             .for_each(|_| async {})
     });
-    futures::future::join_all(controllers).await;
+    let mut asked = shutdown.clone();
+    tokio::select! {
+        _ = futures::future::join_all(controllers) => {}
+        _ = async {
+            let _ = asked.wait_for(|s| *s).await;
+            tokio::time::sleep(RECONCILE_STOP_GRACE).await;
+        } => {
+            tracing::warn!(event = "reconciles_abandoned", grace_s = RECONCILE_STOP_GRACE.as_secs(),
+                "LoadJob reconciles still in flight at shutdown were cut off (a Kubernetes write hung); the next leader does them again");
+        }
+    }
 }
 
 /// The LoadJobs whose summary changed, as the mirror reports them (a lagging receiver skips

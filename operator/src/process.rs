@@ -51,7 +51,7 @@ pub struct Operator {
     release: watch::Sender<bool>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     /// The supervised leader tasks (dispatcher, sweeper and, under Kubernetes, the controllers).
-    workers: Vec<tokio::task::JoinHandle<()>>,
+    workers: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
     /// The current run of each supervised task, to end it as a crash would (fault tests).
     running: Running,
 }
@@ -66,23 +66,37 @@ type TaskFactory = Box<dyn Fn() -> BoxFuture<'static, ()> + Send + Sync>;
 /// grace period after the api-server's drain.
 const WORKERS_STOP_LIMIT: Duration = Duration::from_secs(15);
 
-/// Waits for every task at once, `limit` at most in all, and aborts those still running; how
-/// many were.
-pub async fn stop_all(workers: Vec<tokio::task::JoinHandle<()>>, limit: Duration) -> usize {
-    let aborts: Vec<_> = workers.iter().map(|w| w.abort_handle()).collect();
-    if tokio::time::timeout(limit, futures::future::join_all(workers))
-        .await
-        .is_ok()
-    {
-        return 0;
+/// Waits for every task at once, `limit` at most in all, and aborts those still running; the
+/// names of those that were (logged, so that a slow shutdown names its cause).
+pub async fn stop_all(
+    workers: Vec<(&'static str, tokio::task::JoinHandle<()>)>,
+    limit: Duration,
+) -> Vec<&'static str> {
+    let began = tokio::time::Instant::now();
+    let aborts: Vec<_> = workers
+        .iter()
+        .map(|(name, w)| (*name, w.abort_handle()))
+        .collect();
+    let all = futures::future::join_all(workers.into_iter().map(|(_, w)| w));
+    if tokio::time::timeout(limit, all).await.is_ok() {
+        tracing::info!(
+            event = "leader_tasks_stopped",
+            seconds = began.elapsed().as_secs_f64(),
+            "leader tasks stopped"
+        );
+        return vec![];
     }
-    let late = aborts.iter().filter(|a| !a.is_finished()).count();
-    for a in &aborts {
+    let late: Vec<&'static str> = aborts
+        .iter()
+        .filter(|(_, a)| !a.is_finished())
+        .map(|(name, _)| *name)
+        .collect();
+    for (_, a) in &aborts {
         a.abort();
     }
     tracing::warn!(
         event = "shutdown_timeout",
-        tasks = late,
+        tasks = ?late,
         limit_s = limit.as_secs(),
         "leader tasks did not stop in time; aborted"
     );
@@ -275,13 +289,16 @@ impl Operator {
     }
 
     fn supervise(&mut self, name: &'static str, make: TaskFactory) {
-        self.workers.push(tokio::spawn(supervise(
+        self.workers.push((
             name,
-            make,
-            self.health.clone(),
-            self.running.clone(),
-            self.shutdown.subscribe(),
-        )));
+            tokio::spawn(supervise(
+                name,
+                make,
+                self.health.clone(),
+                self.running.clone(),
+                self.shutdown.subscribe(),
+            )),
+        ));
     }
 
     /// Under Kubernetes: Lease leadership, and the LoadJob controller and LoadRun mirror beside
@@ -412,16 +429,23 @@ impl Operator {
     /// stop together within `WORKERS_STOP_LIMIT` in all, so that the Lease is given up well
     /// inside the pod's grace period however many of them are slow.
     pub async fn stop(self) -> anyhow::Result<()> {
+        self.stop_naming_late().await.map(|_| ())
+    }
+
+    /// [`Operator::stop`], naming the leader tasks that had not stopped within
+    /// `WORKERS_STOP_LIMIT` and were aborted (the Lease was released that much later).
+    pub async fn stop_naming_late(self) -> anyhow::Result<Vec<&'static str>> {
         let _ = self.shutdown.send(true);
-        stop_all(self.workers, WORKERS_STOP_LIMIT).await;
+        let late = stop_all(self.workers, WORKERS_STOP_LIMIT).await;
         let _ = self.release.send(true);
-        self.task.await?
+        self.task.await??;
+        Ok(late)
     }
 
     /// Ends the process abruptly, as a crash would: nothing is released (tests of takeover).
     pub fn kill(self) {
         self.task.abort();
-        for w in self.workers {
+        for (_, w) in self.workers {
             w.abort();
         }
     }
@@ -471,21 +495,36 @@ mod tests {
     /// holds however many tasks hang), and are aborted; tasks that stop in time cost nothing.
     #[tokio::test(start_paused = true)]
     async fn tasks_stop_together_within_one_limit() {
-        let hung: Vec<_> = (0..3)
-            .map(|_| tokio::spawn(std::future::pending::<()>()))
+        let hung: Vec<_> = ["a", "b", "c"]
+            .into_iter()
+            .map(|name| (name, tokio::spawn(std::future::pending::<()>())))
             .collect();
-        let aborts: Vec<_> = hung.iter().map(|h| h.abort_handle()).collect();
+        let aborts: Vec<_> = hung.iter().map(|(_, h)| h.abort_handle()).collect();
+        let mut quick_one = hung;
+        quick_one.push((
+            "d",
+            tokio::spawn(tokio::time::sleep(Duration::from_secs(1))),
+        ));
         let began = tokio::time::Instant::now();
-        assert_eq!(stop_all(hung, Duration::from_secs(15)).await, 3);
+        assert_eq!(
+            stop_all(quick_one, Duration::from_secs(15)).await,
+            ["a", "b", "c"],
+            "the late ones named, the one that stopped not"
+        );
         assert_eq!(began.elapsed(), Duration::from_secs(15));
         tokio::task::yield_now().await;
         assert!(aborts.iter().all(|a| a.is_finished()), "all aborted");
 
         let quick: Vec<_> = (1..=3)
-            .map(|i| tokio::spawn(tokio::time::sleep(Duration::from_secs(i))))
+            .map(|i| {
+                (
+                    "quick",
+                    tokio::spawn(tokio::time::sleep(Duration::from_secs(i))),
+                )
+            })
             .collect();
         let began = tokio::time::Instant::now();
-        assert_eq!(stop_all(quick, Duration::from_secs(15)).await, 0);
+        assert!(stop_all(quick, Duration::from_secs(15)).await.is_empty());
         assert_eq!(began.elapsed(), Duration::from_secs(3));
     }
 }

@@ -2833,6 +2833,80 @@ async fn crashed_kubernetes_tasks_are_restarted_and_the_mirror_follows_the_ledge
     op.stop().await.unwrap();
 }
 
+/// Kubernetes writes that hang (an API server stalled on LoadRuns and LoadJobs) hold up neither
+/// the shutdown nor the Lease: the mirror gives its pass up at shutdown, the LoadJob controller
+/// its reconciles after a short grace, and the Lease is released at once rather than after the
+/// leader tasks' stop limit (15 s, as long as the Lease itself). The held writes are dropped,
+/// never sent afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn hung_kubernetes_writes_hold_up_neither_the_shutdown_nor_the_lease() {
+    let c = cluster().await;
+    let (client, stalls) =
+        c.cp.client_stalling_writes(&["/loadruns", "/loadjobs"], Duration::from_secs(120))
+            .await
+            .unwrap();
+    let mut op = Operator::start_kubernetes(
+        &c.env.config,
+        c.env.ledger.clone(),
+        client,
+        &c.ns,
+        "op-stalled",
+        KubeOptions {
+            scope: WatchScope::Namespaces(vec![c.ns.clone()]),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    op.wait_leading(Duration::from_secs(20))
+        .await
+        .expect("leads");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: hung}\nspec: {jobKey: HUNG}\n");
+    eventually("load_job row", Duration::from_secs(20), || {
+        c.job_row("HUNG")
+    })
+    .await;
+    let jobs: Api<LoadJob> = Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    eventually("the LoadJob's status", Duration::from_secs(20), || async {
+        jobs.get("hung").await.ok()?.status.map(|_| ())
+    })
+    .await;
+    stalls.start();
+    // A run to mirror (a LoadRun to create) and a LoadJob spec to reconcile (a status to write).
+    let (status, created) = c.post("/v1/runs", json!({"jobKey": "HUNG", "businessKey": "2026-12-07", "hdfsRoot": "/data", "stageTablePrefix": "t_"})).await;
+    assert_eq!(status, 200, "{created}");
+    c.apply("apiVersion: loadcontrol.io/v1alpha1\nkind: LoadJob\nmetadata: {name: hung}\nspec: {jobKey: HUNG, description: changed}\n");
+    eventually(
+        "both kinds' writes held",
+        Duration::from_secs(20),
+        || async { (stalls.held("/loadruns") > 0 && stalls.held("/loadjobs") > 0).then_some(()) },
+    )
+    .await;
+    let late = op.stop_naming_late().await.unwrap();
+    assert!(
+        late.is_empty(),
+        "leader tasks that held up the shutdown: {late:?}"
+    );
+    let lease: k8s_openapi::api::coordination::v1::Lease =
+        Api::namespaced(c.cp.client().await.unwrap(), &c.ns)
+            .get(lcoperator::lease::LEASE_NAME)
+            .await
+            .unwrap();
+    assert_eq!(
+        lease.spec.and_then(|s| s.holder_identity),
+        None,
+        "the Lease released"
+    );
+    let runs: Api<LoadRun> = Api::namespaced(c.cp.client().await.unwrap(), &c.ns);
+    assert!(
+        runs.list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "the held write was dropped, not sent"
+    );
+}
+
 /// `helm template lc` in namespace `ns` with `sets`: its documents, or helm's refusal.
 fn monitoring_render(release: &str, sets: &[&str]) -> Result<Vec<serde_yaml::Value>, String> {
     let mut helm = kubetest::helm_offline();

@@ -18,6 +18,8 @@ use rcgen::{
 };
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 pub struct ControlPlane {
@@ -301,6 +303,34 @@ impl ControlPlane {
         Ok(Client::try_from(self.config().await?)?)
     }
 
+    /// A client with the admin credential whose writes (any method but GET) to a path containing
+    /// one of `path_parts` are held `stall` before they are sent, once [`Stalls::start`] is
+    /// called: an API server that hangs on some kinds, as a slow admission webhook or an
+    /// overloaded etcd makes it, while the rest answers.
+    pub async fn client_stalling_writes(
+        &self,
+        path_parts: &'static [&'static str],
+        stall: Duration,
+    ) -> anyhow::Result<(Client, Arc<Stalls>)> {
+        let stalls = Arc::new(Stalls {
+            path_parts,
+            stall,
+            on: AtomicBool::new(false),
+            held: path_parts.iter().map(|_| AtomicUsize::new(0)).collect(),
+        });
+        let layer = tower::layer::layer_fn({
+            let stalls = stalls.clone();
+            move |inner| StallWrites {
+                inner,
+                stalls: stalls.clone(),
+            }
+        });
+        let client = kube::client::ClientBuilder::try_from(self.config().await?)?
+            .with_layer(&layer)
+            .build();
+        Ok((client, stalls))
+    }
+
     /// A client that impersonates `user` with `groups` (the admin credential may impersonate).
     pub async fn impersonating(&self, user: &str, groups: &[String]) -> anyhow::Result<Client> {
         let mut config = self.config().await?;
@@ -420,5 +450,75 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// The writes [`ControlPlane::client_stalling_writes`] holds.
+pub struct Stalls {
+    path_parts: &'static [&'static str],
+    stall: Duration,
+    on: AtomicBool,
+    held: Vec<AtomicUsize>,
+}
+
+impl Stalls {
+    /// From now on, matching writes are held.
+    pub fn start(&self) {
+        self.on.store(true, Ordering::SeqCst);
+    }
+
+    /// How many writes to paths containing `path_part` were held so far.
+    pub fn held(&self, path_part: &str) -> usize {
+        self.path_parts
+            .iter()
+            .position(|p| *p == path_part)
+            .map_or(0, |i| self.held[i].load(Ordering::SeqCst))
+    }
+
+    /// The pause `req` waits before it is sent, if any (and it is counted).
+    fn pause<B>(&self, req: &http::Request<B>) -> Option<Duration> {
+        if !self.on.load(Ordering::SeqCst) || req.method() == http::Method::GET {
+            return None;
+        }
+        let i = self
+            .path_parts
+            .iter()
+            .position(|p| req.uri().path().contains(p))?;
+        self.held[i].fetch_add(1, Ordering::SeqCst);
+        Some(self.stall)
+    }
+}
+
+/// The service behind [`ControlPlane::client_stalling_writes`].
+struct StallWrites<S> {
+    inner: S,
+    stalls: Arc<Stalls>,
+}
+
+impl<S, B> tower::Service<http::Request<B>> for StallWrites<S>
+where
+    S: tower::Service<http::Request<B>>,
+    S::Future: Send + 'static,
+{
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = futures::future::BoxFuture<'static, Result<S::Response, S::Error>>;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        let pause = self.stalls.pause(&req);
+        let sent = self.inner.call(req);
+        Box::pin(async move {
+            if let Some(pause) = pause {
+                tokio::time::sleep(pause).await;
+            }
+            sent.await
+        })
     }
 }

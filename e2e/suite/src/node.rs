@@ -104,6 +104,33 @@ impl Node {
         self.tool(self.var("HELM"), args, None)
     }
 
+    /// Follows a container's log (`kubectl logs -f`) into memory until dropped: what a pod said
+    /// as it was deleted, which `kubectl logs` can no longer show once it is gone.
+    pub fn follow_logs(&self, namespace: &str, pod: &str, container: &str) -> FollowedLog {
+        let child = Command::new(self.var("KUBECTL"))
+            .args([
+                "-n", namespace, "logs", "-f", pod, "-c", container, "--tail=0",
+            ])
+            .env("KUBECONFIG", self.var("KUBECONFIG"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn();
+        let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let child = child.ok().map(|mut child| {
+            let out = child.stdout.take().expect("piped");
+            let into = lines.clone();
+            std::thread::spawn(move || {
+                use std::io::BufRead;
+                for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+                    into.lock().unwrap().push(line);
+                }
+            });
+            child
+        });
+        FollowedLog { child, lines }
+    }
+
     /// A command that runs inside the node's network namespace.
     pub fn in_netns(&self, program: &str) -> Command {
         let mut cmd = Command::new("nsenter");
@@ -132,5 +159,33 @@ pub fn wait_for<T>(
             bail!("timed out after {limit:?} waiting for {what} (last error: {last})");
         }
         std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A container's log as followed so far ([`Node::follow_logs`]); the follower ends when dropped.
+pub struct FollowedLog {
+    child: Option<std::process::Child>,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl FollowedLog {
+    /// The lines so far that contain any of `words`.
+    pub fn lines_with(&self, words: &[&str]) -> Vec<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| words.iter().any(|w| l.contains(w)))
+            .cloned()
+            .collect()
+    }
+}
+
+impl Drop for FollowedLog {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }

@@ -1046,6 +1046,10 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
         // Two drains: both original pods selected, then the one the PDB kept.
         for round in 0..2 {
             let leader = r.lease_holder_pod();
+            // What the leader's operator says as it stops: why, if the Lease is slow to move.
+            let leader_log = leader
+                .as_deref()
+                .map(|pod| r.node.follow_logs(&r.ns, pod, "operator"));
             let cordoned = Cordoned::new(&r, &node);
             let started = Instant::now();
             // While the drain runs: when a pod is marked for deletion, and when the Lease has
@@ -1130,6 +1134,14 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
             })
             .unwrap();
             let led = leader.as_deref() == Some(evicted[0].as_str());
+            let leader_said = leader_log.map(|l| {
+                l.lines_with(&[
+                    "shutdown",
+                    "leader_tasks_stopped",
+                    "leader_released",
+                    "leader_release_error",
+                ])
+            });
             if led {
                 // Released at shutdown: the standby takes it at its next retry after the
                 // preStop's 5 s. Had it expired instead, 15 s more (leaseDuration).
@@ -1137,12 +1149,14 @@ async fn the_node_drained_one_pod_at_a_time_under_load() {
                     handover.expect("the Lease left the drained leader during the drain");
                 assert!(
                     handover < Duration::from_secs(12),
-                    "round {round}: the Lease moved {handover:?} after the eviction: expired, not released"
+                    "round {round}: the Lease moved {handover:?} after the eviction: expired, not released; \
+                     the leader's operator said: {leader_said:#?}"
                 );
             }
             rounds.push(
                 json!({"round": round, "evicted": evicted[0], "evicted_led": led,
                 "lease_handover_seconds": handover.filter(|_| led).map(|d| d.as_secs_f64()),
+                "leader_said_stopping": leader_said,
                 "leader_after": leader_after, "seconds": started.elapsed().as_secs_f64()}),
             );
         }

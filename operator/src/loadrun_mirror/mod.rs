@@ -80,59 +80,68 @@ pub async fn run_mirror(ctx: Arc<Context>, resync: Duration, mut shutdown: watch
             _ = queue.wake.notified() => false,
             Some(ended) = wakers.join_next() => return subtask_ended(ended),
         };
-        let current = ctx.fence.borrow().clone();
-        let Some(fence) = current else { continue };
-        let (everything, ids) = queue.take();
-        let full = everything || periodic;
-        if !full && ids.is_empty() {
-            continue;
-        }
-        if mirrored_epoch != Some(fence.epoch) {
-            // A new leadership compares every run afresh: no backoff carried over from before.
-            mirrored_epoch = Some(fence.epoch);
-            ctx.mirror_backoff.lock().expect("backoff lock").clear();
-        }
-        let passed = if full {
-            mirror.failed_in_pass.store(0, Ordering::Relaxed);
-            let passed = full_pass(&ctx, &fence, &mirror).await;
-            if passed.is_ok() {
-                if mirror.failed_in_pass.load(Ordering::Relaxed) == 0 {
-                    ctx.mirror_compared.send_replace(fence.epoch);
-                } else if *ctx.mirror_compared.borrow() < fence.epoch {
-                    // The dispatcher and sweeper may be waiting for a complete comparison
-                    // (crate::leadership::lead): the failed runs' retries bring a full pass.
+        // A pass is given up at shutdown, however many writes it has left: the Lease is
+        // released only once this loop has stopped, and the next leader compares every run
+        // afresh (a write cut off mid-way is looked at again, never half-applied).
+        let work = async {
+            let current = ctx.fence.borrow().clone();
+            let Some(fence) = current else { return };
+            let (everything, ids) = queue.take();
+            let full = everything || periodic;
+            if !full && ids.is_empty() {
+                return;
+            }
+            if mirrored_epoch != Some(fence.epoch) {
+                // A new leadership compares every run afresh: no backoff carried over from before.
+                mirrored_epoch = Some(fence.epoch);
+                ctx.mirror_backoff.lock().expect("backoff lock").clear();
+            }
+            let passed = if full {
+                mirror.failed_in_pass.store(0, Ordering::Relaxed);
+                let passed = full_pass(&ctx, &fence, &mirror).await;
+                if passed.is_ok() {
+                    if mirror.failed_in_pass.load(Ordering::Relaxed) == 0 {
+                        ctx.mirror_compared.send_replace(fence.epoch);
+                    } else if *ctx.mirror_compared.borrow() < fence.epoch {
+                        // The dispatcher and sweeper may be waiting for a complete comparison
+                        // (crate::leadership::lead): the failed runs' retries bring a full pass.
+                        queue.everything.store(true, Ordering::SeqCst);
+                    }
+                }
+                passed
+            } else {
+                match ctx.ledger.mirrored_runs_by_id(&ids).await {
+                    Ok(runs) => mirror_pass(&ctx, &fence, &mirror, &runs).await,
+                    Err(e) => Err(e.into()),
+                }
+            };
+            match passed {
+                Ok(()) => {}
+                Err(e @ LoopError::NotLeading(_)) => {
+                    tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns stopped")
+                }
+                Err(e) => {
+                    // The next wake-up or the periodic resync looks at everything again.
                     queue.everything.store(true, Ordering::SeqCst);
+                    tracing::warn!(event = "loadrun_mirror_error", error = %e, "reading the runs to mirror failed; retrying");
                 }
             }
-            passed
-        } else {
-            match ctx.ledger.mirrored_runs_by_id(&ids).await {
-                Ok(runs) => mirror_pass(&ctx, &fence, &mirror, &runs).await,
-                Err(e) => Err(e.into()),
+            // Retention is no hurry: on the periodic resync and once when leadership is won, not on
+            // every wake-up.
+            if periodic || pruned_under != Some(fence.epoch) {
+                pruned_under = Some(fence.epoch);
+                if let Err(e) = prune_loadruns(&ctx, &fence, &mirror.stores).await {
+                    tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
+                }
+                let shown = |ns: &str, name: &str| mirror.stores.job(ns, name).is_some();
+                if let Err(e) = crate::orphan_jobs::remove_orphans(&ctx, &fence, shown).await {
+                    tracing::warn!(event = "orphan_job_error", error = %e, "checking for ledger jobs whose LoadJob is gone failed; retrying at the next resync");
+                }
             }
         };
-        match passed {
-            Ok(()) => {}
-            Err(e @ LoopError::NotLeading(_)) => {
-                tracing::warn!(event = "loadrun_mirror_error", error = %e, "mirroring the ledger into LoadRuns stopped")
-            }
-            Err(e) => {
-                // The next wake-up or the periodic resync looks at everything again.
-                queue.everything.store(true, Ordering::SeqCst);
-                tracing::warn!(event = "loadrun_mirror_error", error = %e, "reading the runs to mirror failed; retrying");
-            }
-        }
-        // Retention is no hurry: on the periodic resync and once when leadership is won, not on
-        // every wake-up.
-        if periodic || pruned_under != Some(fence.epoch) {
-            pruned_under = Some(fence.epoch);
-            if let Err(e) = prune_loadruns(&ctx, &fence, &mirror.stores).await {
-                tracing::warn!(event = "loadrun_prune_error", error = %e, "deleting LoadRuns past retention failed; retrying at the next resync");
-            }
-            let shown = |ns: &str, name: &str| mirror.stores.job(ns, name).is_some();
-            if let Err(e) = crate::orphan_jobs::remove_orphans(&ctx, &fence, shown).await {
-                tracing::warn!(event = "orphan_job_error", error = %e, "checking for ledger jobs whose LoadJob is gone failed; retrying at the next resync");
-            }
+        tokio::select! {
+            _ = work => {}
+            _ = shutdown.wait_for(|s| *s) => break,
         }
     }
     wakers.abort_all();
