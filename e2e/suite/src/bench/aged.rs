@@ -1,8 +1,9 @@
 //! The aged-ledger scenario (issue 26 item 3): the same figures on the ledger as it is (minutes
 //! old) and after a fill in SQL of a given age (`aged_fill.sql`), in one sitting, same binaries:
 //! every hot request under the lifecycle load, the monitor summary, run listing with and without a
-//! job, cleanup candidates, one sweeper tick and one lease scan, the database size; then history
-//! and event retention are let catch up and the size is taken again.
+//! job, cleanup candidates, one sweeper tick and one lease scan, the database size, and the
+//! buffer pages each of those reads touches (the cause of a ratio, in pages); then history and
+//! event retention are let catch up and the size is taken again.
 use super::client::percentiles;
 use super::scenarios::{Sizes, lifecycle};
 use super::{Bench, JOB_KEY};
@@ -243,6 +244,156 @@ async fn sweeper_and_lease(b: &mut Bench, n: usize) -> anyhow::Result<(Value, Va
     measured
 }
 
+/// Calls of each figure whose pages are counted (the counts are per call; ten smooth out a
+/// sweeper tick that does more than the others).
+const PAGE_SAMPLES: usize = 10;
+
+/// Counters of the ledger's tables and indexes: (heap or index pages hit, read) by relation.
+type PageCounters = std::collections::HashMap<String, (i64, i64)>;
+
+async fn page_counters(db: &mut sqlx::PgConnection) -> anyhow::Result<PageCounters> {
+    let rows: Vec<(String, i64, i64)> = sqlx::query_as(
+        "SELECT 'table ' || relname, COALESCE(heap_blks_hit, 0), COALESCE(heap_blks_read, 0) \
+           FROM pg_statio_user_tables WHERE schemaname = 'nifi_ops' \
+         UNION ALL \
+         SELECT 'index ' || indexrelname, COALESCE(idx_blks_hit, 0), COALESCE(idx_blks_read, 0) \
+           FROM pg_statio_user_indexes WHERE schemaname = 'nifi_ops'",
+    )
+    .fetch_all(db)
+    .await?;
+    Ok(rows.into_iter().map(|(r, h, d)| (r, (h, d))).collect())
+}
+
+/// What `calls` calls of one figure touched, per call: the shared buffer pages of every statement
+/// (pg_stat_statements: hit in shared buffers, read from the OS), the five costliest statements,
+/// and the relations whose pages were touched (pg_statio, after the statistics flush), largest
+/// first. Everything else on the database is stopped meanwhile (the operator).
+async fn pages_of(
+    b: &Bench,
+    calls: usize,
+    work: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> anyhow::Result<Value> {
+    let mut db = b.db().await?;
+    tokio::time::sleep(super::scenarios::STATS_FLUSH).await;
+    let before = page_counters(&mut db).await?;
+    sqlx::query("SELECT pg_stat_statements_reset()")
+        .execute(&mut db)
+        .await?;
+    work.await?;
+    tokio::time::sleep(super::scenarios::STATS_FLUSH).await;
+    let after = page_counters(&mut db).await?;
+    let per_call = |n: i64| round2(n as f64 / calls as f64);
+    let statements: Vec<(String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120), calls, shared_blks_hit, shared_blks_read \
+           FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' \
+          ORDER BY shared_blks_hit + shared_blks_read DESC",
+    )
+    .fetch_all(&mut db)
+    .await?;
+    let (hit, read) = statements
+        .iter()
+        .fold((0, 0), |(h, r), s| (h + s.2, r + s.3));
+    let mut touched: Vec<(String, i64, i64)> = after
+        .iter()
+        .map(|(rel, (h, r))| {
+            let (h0, r0) = before.get(rel).copied().unwrap_or_default();
+            (rel.clone(), h - h0, r - r0)
+        })
+        .filter(|(_, h, r)| h + r > 0)
+        .collect();
+    touched.sort_by_key(|(_, h, r)| -(h + r));
+    Ok(json!({
+        "calls": calls,
+        "shared_pages_hit_per_call": per_call(hit),
+        "shared_pages_read_per_call": per_call(read),
+        "statements": statements.iter().take(5).map(|(q, c, h, r)| json!({
+            "query": q, "calls": c, "pages_hit_per_call": per_call(*h), "pages_read_per_call": per_call(*r)
+        })).collect::<Vec<_>>(),
+        "relations": touched.iter().take(8).map(|(rel, h, r)| json!({
+            "relation": rel, "pages_hit_per_call": per_call(*h), "pages_read_per_call": per_call(*r)
+        })).collect::<Vec<_>>(),
+    }))
+}
+
+/// The pages each read, sweeper tick and lease scan touches in this phase (`aged_pages`): the
+/// cause of an aged/fresh ratio, measured before anything is changed for it.
+async fn pages(b: &mut Bench, name: &str, n: usize) -> anyhow::Result<Value> {
+    b.operator.stop();
+    let measured = async {
+        let mut figures = Map::new();
+        for (figure, kind, path) in [
+            (
+                "monitor_summary",
+                "monitor",
+                "/v1/monitor/summary".to_string(),
+            ),
+            ("runs_list", "runs", "/v1/runs?limit=100".to_string()),
+            (
+                "runs_list_of_job",
+                "runs_job",
+                format!("/v1/runs?jobKey={JOB_KEY}&limit=100"),
+            ),
+            (
+                "cleanup_candidates",
+                "candidates",
+                "/v1/cleanup/candidates?limit=100".to_string(),
+            ),
+        ] {
+            let c = b.client.fresh();
+            let work = async {
+                for _ in 0..n {
+                    c.get_operator(kind, &path).await?;
+                }
+                Ok(())
+            };
+            figures.insert(figure.into(), pages_of(b, n, work).await?);
+        }
+        let l = ledger(b, None).await?;
+        let fence = l.acquire_epoch(HOLDER).await?;
+        let ticks = async {
+            for _ in 0..n {
+                l.sweep(&fence)
+                    .await?
+                    .context("another sweeper held the tick lock")?;
+            }
+            Ok(())
+        };
+        figures.insert("sweeper_tick".into(), pages_of(b, n, ticks).await?);
+        let scans = async {
+            for _ in 0..n {
+                l.lease_dispatches(&fence, 64).await?;
+            }
+            Ok(())
+        };
+        figures.insert("lease_scan".into(), pages_of(b, n, scans).await?);
+        anyhow::Ok(figures)
+    }
+    .await;
+    b.operator.start()?;
+    operator_leads(b, Duration::from_secs(30)).await?;
+    Ok(json!({"scenario": "aged_pages", "phase": name, "figures": measured?}))
+}
+
+/// Aged ÷ fresh of the pages each figure touches per call (`aged_pages_ratio`).
+fn page_ratios(fresh: &Value, aged: &Value) -> Value {
+    let mut out = Map::new();
+    if let Some(figures) = aged["figures"].as_object() {
+        for (figure, a) in figures {
+            let f = &fresh["figures"][figure];
+            let total = |v: &Value| {
+                v["shared_pages_hit_per_call"].as_f64().unwrap_or(0.0)
+                    + v["shared_pages_read_per_call"].as_f64().unwrap_or(0.0)
+            };
+            let ratio = (total(f) > 0.0).then(|| round2(total(a) / total(f)));
+            out.insert(
+                figure.clone(),
+                json!({"fresh_pages_per_call": round2(total(f)), "aged_pages_per_call": round2(total(a)), "ratio": ratio}),
+            );
+        }
+    }
+    json!({"scenario": "aged_pages_ratio", "figures": out})
+}
+
 /// One phase: the lifecycle, then the reads, the sweeper and the dispatcher, then the size.
 /// `{figure: {p50, p99, …}}` for the ratios, and the phase's line.
 async fn phase(
@@ -424,6 +575,8 @@ pub async fn aged(
     let (fresh, line, st) = phase(b, s, a, "fresh").await?;
     emit(&line);
     st.iter().for_each(emit);
+    let fresh_pages = pages(b, "fresh", a.samples.min(PAGE_SAMPLES)).await?;
+    emit(&fresh_pages);
     eprintln!(
         "load-bench: aged scenario: filling {} runs × {} partitions × {} files over {} days",
         a.runs, a.partitions, a.files, a.days
@@ -432,7 +585,10 @@ pub async fn aged(
     let (aged, line, st) = phase(b, s, a, "aged").await?;
     emit(&line);
     st.iter().for_each(emit);
+    let aged_pages = pages(b, "aged", a.samples.min(PAGE_SAMPLES)).await?;
+    emit(&aged_pages);
     emit(&ratios(&fresh, &aged, 1.2));
+    emit(&page_ratios(&fresh_pages, &aged_pages));
     eprintln!(
         "load-bench: aged scenario: history retention of {} days catching up",
         a.retention_days
