@@ -32,15 +32,19 @@ const ORDERED_BY_INDEX: [&str; 4] = [
 ];
 
 /// Statements for one run: every history scan is a lookup by the run's key.
-const BY_RUN: [&str; 3] = [
+const BY_RUN: [&str; 2] = [
     "sweeper.stale_partitions_of_run",
     "sweeper.stale_partitions_lock",
-    "sweeper.stale_alert_recent",
 ];
 
 /// Bounds that must appear as an Index Cond (not a Filter) in a statement's plan: a scan with only
 /// `status = 'PENDING'` as its condition still reads every PENDING row when nothing is due.
-const REQUIRED_BOUNDS: [(&str, &str); 11] = [
+const REQUIRED_BOUNDS: [(&str, &str); 12] = [
+    // The alerts of the longest window, one range (issue 43 item 3), not a probe per stuck run.
+    (
+        "sweeper.stale_alert_recent",
+        "event_time > (statement_timestamp()",
+    ),
     (
         "jobs.recent_counts",
         "COALESCE(completed_at, heartbeat_at) >=",

@@ -1206,6 +1206,65 @@ async fn a_publish_past_the_shortest_publish_stale_but_not_its_own_stays_publish
         .await;
 }
 
+/// Rule 4 reads the alerts of the longest window once (issue 43 item 3) and judges each stuck run
+/// by its own job's window: an alert 3 hours old holds a run of a job with `validation_stale` 6h,
+/// and not one of a job with the global 2h, which is alerted again.
+#[tokio::test]
+async fn a_stale_alert_is_repeated_by_its_own_jobs_window() {
+    let env = Env::start(|_| {}).await;
+    let patient = stuck_in_validation(&env, "PATIENT").await;
+    let due = stuck_in_validation(&env, "DUE").await;
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(
+            &fence,
+            "JOB",
+            false,
+            &serde_json::json!({"recovery": {"validation_stale": "6h"}}),
+            "test",
+            None,
+        )
+        .await
+        .unwrap();
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+    for run in [patient, due] {
+        env.exec(
+            "UPDATE nifi_ops.load_run SET heartbeat_at = now() - interval '8 hours' WHERE run_id = $1",
+            run,
+        )
+        .await;
+    }
+    assert_eq!(sweep(&env).await.actions.get("stale_alert"), Some(&2));
+    env.exec(
+        "UPDATE nifi_ops.load_event SET event_time = now() - interval '3 hours' \
+          WHERE event_name = 'RUN_STALE_ALERT' AND run_id = $1",
+        patient,
+    )
+    .await;
+    env.exec(
+        "UPDATE nifi_ops.load_event SET event_time = now() - interval '3 hours' \
+          WHERE event_name = 'RUN_STALE_ALERT' AND run_id = $1",
+        due,
+    )
+    .await;
+    assert_eq!(sweep(&env).await.actions.get("stale_alert"), Some(&1));
+    let alerts = |run| {
+        env.scalar(
+            "SELECT count(*) FROM nifi_ops.load_event WHERE event_name = 'RUN_STALE_ALERT' AND run_id = $1",
+            run,
+        )
+    };
+    assert_eq!(
+        (alerts(patient).await, alerts(due).await),
+        (1, 2),
+        "(the 6h job's run, the 2h one's)"
+    );
+}
+
 /// Rules 2, 3 and 5 select rows past the shortest threshold of any job, then judge each by its
 /// own run's job. Job JOB gets `overrides` (a threshold longer than the global one), the `due`
 /// run moves to job OTHER (the global thresholds), both are aged past the global threshold only

@@ -181,7 +181,11 @@ pub fn catalogue() -> Vec<PlannedQuery> {
         q(
             "sweeper.stale_alert_recent",
             sweeper::RECENT_STALE_ALERTS,
-            &[RUNS, ("float8[]", "array_fill(7200::float8, ARRAY[10])")],
+            &[
+                RUNS,
+                ("float8[]", "array_fill(7200::float8, ARRAY[10])"),
+                ("float8", "7200"),
+            ],
             true,
         ),
         q(

@@ -45,11 +45,16 @@ pub const STALE_ALERT_RUNS: &str = "SELECT run_id, job_key, business_key, status
                 AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id";
 
 /// Rule 4, the stuck runs (`$1`) that had an alert within their window (`$2`, seconds), all in
-/// one statement (a probe per run was a round trip per stuck run on every tick): each probe from
-/// `ix_load_event_run_time`.
-pub const RECENT_STALE_ALERTS: &str = "SELECT d.run_id FROM unnest($1::uuid[], $2::float8[]) AS d(run_id, window_s) \
-         WHERE EXISTS (SELECT 1 FROM nifi_ops.load_event e WHERE e.run_id = d.run_id AND e.event_name = 'RUN_STALE_ALERT' \
-                          AND e.event_time > clock_timestamp() - make_interval(secs => d.window_s))";
+/// one statement (a probe per run was a round trip per stuck run on every tick): the alerts of the
+/// longest window (`$3`) are one range of `ix_load_event_stale_alert`, read once, not a probe of
+/// each stuck run's events. The range starts from `statement_timestamp()` (an index bound must not
+/// be volatile), earlier than the clock each run's own window is compared with, so it holds every
+/// alert that comparison can keep.
+pub const RECENT_STALE_ALERTS: &str = "WITH recent AS MATERIALIZED ( \
+           SELECT e.run_id, e.event_time FROM nifi_ops.load_event e \
+            WHERE e.event_name = 'RUN_STALE_ALERT' AND e.event_time > statement_timestamp() - make_interval(secs => $3)) \
+         SELECT DISTINCT d.run_id FROM unnest($1::uuid[], $2::float8[]) AS d(run_id, window_s) \
+           JOIN recent a ON a.run_id = d.run_id AND a.event_time > clock_timestamp() - make_interval(secs => d.window_s)";
 
 /// Rule 5's candidates, `$1` the shortest `recovery.publish_stale`.
 pub const PUBLISH_STALE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \

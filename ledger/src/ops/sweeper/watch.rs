@@ -40,9 +40,11 @@ impl Ledger {
         }
         let ids: Vec<Uuid> = due.iter().map(|(_, row)| row.0).collect();
         let windows: Vec<f64> = due.iter().map(|(window, _)| *window).collect();
+        let longest = windows.iter().copied().fold(0.0, f64::max);
         let alerted: std::collections::HashSet<Uuid> = sqlx::query_scalar(RECENT_STALE_ALERTS)
             .bind(&ids)
             .bind(&windows)
+            .bind(longest)
             .fetch_all(&mut *conn)
             .await?
             .into_iter()
