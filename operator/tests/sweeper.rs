@@ -235,6 +235,21 @@ async fn unacknowledged_dispatches_are_requeued_then_dead() {
 }
 
 /// A run in STAGE_VALIDATING whose heartbeat is three hours old (rule 4's stuck run).
+/// Job JOB gets `overrides` (its own thresholds) and `due` moves to job OTHER, which has none
+/// (the global thresholds): how the rules that judge each run by its own job are tested.
+async fn own_thresholds_for_job_but(env: &Env, overrides: serde_json::Value, due: Uuid) {
+    let fence = env.fence().await;
+    env.ledger
+        .apply_job(&fence, "JOB", false, &overrides, "test", None)
+        .await
+        .unwrap();
+    env.exec(
+        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+        due,
+    )
+    .await;
+}
+
 async fn stuck_in_validation(env: &Env, bk: &str) -> Uuid {
     let (run, dispatch) = env.validated(bk).await;
     env.ledger
@@ -657,26 +672,10 @@ async fn a_deposed_leader_writes_nothing() {
 #[tokio::test]
 async fn a_run_with_nothing_due_is_not_held_for_the_tick() {
     let env = Env::start(|_| {}).await;
-    let fence = env.fence().await;
-    // JOB waits 3 h for stale partitions; OTHER (no override) the global 90 min.
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"recovery": {"stale": "3h"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
     let (patient, _) = env.extracting("PATIENT", &[3]).await;
     let (due, _) = env.extracting("DUE", &[3]).await;
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
-        due,
-    )
-    .await;
+    // JOB waits 3 h for stale partitions; OTHER (no override) the global 90 min.
+    own_thresholds_for_job_but(&env, serde_json::json!({"recovery": {"stale": "3h"}}), due).await;
     for run in [patient, due] {
         env.exec("UPDATE nifi_ops.load_partition SET heartbeat_at = now() - interval '2 hours' WHERE run_id = $1", run).await;
     }
@@ -1214,20 +1213,9 @@ async fn a_stale_alert_is_repeated_by_its_own_jobs_window() {
     let env = Env::start(|_| {}).await;
     let patient = stuck_in_validation(&env, "PATIENT").await;
     let due = stuck_in_validation(&env, "DUE").await;
-    let fence = env.fence().await;
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"recovery": {"validation_stale": "6h"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+    own_thresholds_for_job_but(
+        &env,
+        serde_json::json!({"recovery": {"validation_stale": "6h"}}),
         due,
     )
     .await;
@@ -1278,16 +1266,7 @@ struct JudgedByOwnJob {
 
 impl JudgedByOwnJob {
     async fn check(&self, env: &Env, patient: (Uuid, &str), due: (Uuid, &str)) {
-        let fence = env.fence().await;
-        env.ledger
-            .apply_job(&fence, "JOB", false, &self.overrides, "test", None)
-            .await
-            .unwrap();
-        env.exec(
-            "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
-            due.0,
-        )
-        .await;
+        own_thresholds_for_job_but(env, self.overrides.clone(), due.0).await;
         for run in [patient.0, due.0] {
             env.exec(self.age, run).await;
         }
@@ -1343,23 +1322,13 @@ async fn a_tick_never_holds_a_run_that_is_not_due() {
     let env = Env::start(|_| {}).await;
     let (patient, tokens) = env.extracting("PATIENT", &[10]).await;
     let (due, _) = env.extracting("DUE", &[3]).await;
-    let fence = env.fence().await;
-    env.ledger
-        .apply_job(
-            &fence,
-            "JOB",
-            false,
-            &serde_json::json!({"recovery": {"run_timeout": "12h"}}),
-            "test",
-            None,
-        )
-        .await
-        .unwrap();
-    env.exec(
-        "UPDATE nifi_ops.load_run SET job_key = 'OTHER' WHERE run_id = $1",
+    own_thresholds_for_job_but(
+        &env,
+        serde_json::json!({"recovery": {"run_timeout": "12h"}}),
         due,
     )
     .await;
+    let fence = env.fence().await;
     // The patient run is the older: the rule comes to it first.
     for (run, age) in [(patient, "8 hours"), (due, "7 hours")] {
         env.exec(
