@@ -380,7 +380,7 @@ pub async fn run_job_controller(ctx: Arc<Context>, shutdown: watch::Receiver<boo
             tokio::time::sleep(RECONCILE_STOP_GRACE).await;
         } => {
             tracing::warn!(event = "reconciles_abandoned", grace_s = RECONCILE_STOP_GRACE.as_secs(),
-                "LoadJob reconciles still in flight at shutdown were cut off (a Kubernetes write hung); the next leader does them again");
+                "LoadJob reconciles still in flight 2 s after shutdown was asked were cut off (a Kubernetes or ledger call that did not answer); the next leader does them again");
         }
     }
 }

@@ -234,7 +234,6 @@ async fn unacknowledged_dispatches_are_requeued_then_dead() {
     assert_eq!(env.events(run, "DISPATCH_DEAD").await, 1);
 }
 
-/// A run in STAGE_VALIDATING whose heartbeat is three hours old (rule 4's stuck run).
 /// Job JOB gets `overrides` (its own thresholds) and `due` moves to job OTHER, which has none
 /// (the global thresholds): how the rules that judge each run by its own job are tested.
 async fn own_thresholds_for_job_but(env: &Env, overrides: serde_json::Value, due: Uuid) {
@@ -250,6 +249,7 @@ async fn own_thresholds_for_job_but(env: &Env, overrides: serde_json::Value, due
     .await;
 }
 
+/// A run in STAGE_VALIDATING whose heartbeat is three hours old (rule 4's stuck run).
 async fn stuck_in_validation(env: &Env, bk: &str) -> Uuid {
     let (run, dispatch) = env.validated(bk).await;
     env.ledger

@@ -264,8 +264,9 @@ async fn page_counters(db: &mut sqlx::PgConnection) -> anyhow::Result<PageCounte
     Ok(rows.into_iter().map(|(r, h, d)| (r, (h, d))).collect())
 }
 
-/// What `calls` calls of one figure touched, per call: the shared buffer pages of every statement
-/// (pg_stat_statements: hit in shared buffers, read from the OS), the five costliest statements,
+/// What `calls` calls of one figure touched, per call: the shared buffer pages of every top-level
+/// statement of the ledger's database (pg_stat_statements: hit in shared buffers, read from the
+/// OS; a nested statement's pages are in its caller's), the five costliest statements,
 /// and the relations whose pages were touched (pg_statio, after the statistics flush), largest
 /// first. Everything else on the database is stopped meanwhile (the operator).
 async fn pages_of(
@@ -285,7 +286,8 @@ async fn pages_of(
     let per_call = |n: i64| round2(n as f64 / calls as f64);
     let statements: Vec<(String, i64, i64, i64)> = sqlx::query_as(
         "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 120), calls, shared_blks_hit, shared_blks_read \
-           FROM pg_stat_statements WHERE query NOT LIKE '%pg_stat%' \
+           FROM pg_stat_statements WHERE toplevel AND query NOT LIKE '%pg_stat%' \
+            AND dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) \
           ORDER BY shared_blks_hit + shared_blks_read DESC",
     )
     .fetch_all(&mut db)
