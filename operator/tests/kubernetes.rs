@@ -135,10 +135,15 @@ impl Cluster {
     }
 
     async fn operator(&self, identity: &str) -> Operator {
+        self.operator_with_client(identity, self.cp.client().await.unwrap())
+    }
+
+    /// An operator of this cluster's namespace that reaches Kubernetes through `client`.
+    fn operator_with_client(&self, identity: &str, client: kube::Client) -> Operator {
         Operator::start_kubernetes(
             &self.env.config,
             self.env.ledger.clone(),
-            self.cp.client().await.unwrap(),
+            client,
             &self.ns,
             identity,
             KubeOptions {
@@ -2845,18 +2850,7 @@ async fn hung_kubernetes_writes_hold_up_neither_the_shutdown_nor_the_lease() {
         c.cp.client_stalling_writes(&["/loadruns", "/loadjobs"], Duration::from_secs(120))
             .await
             .unwrap();
-    let mut op = Operator::start_kubernetes(
-        &c.env.config,
-        c.env.ledger.clone(),
-        client,
-        &c.ns,
-        "op-stalled",
-        KubeOptions {
-            scope: WatchScope::Namespaces(vec![c.ns.clone()]),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let mut op = c.operator_with_client("op-stalled", client);
     op.wait_leading(Duration::from_secs(20))
         .await
         .expect("leads");

@@ -216,32 +216,43 @@ async fn ledger(b: &Bench, history_days: Option<u32>) -> anyhow::Result<ledger::
     Ok(ledger::Ledger::connect(&b.db_url, 4, 0, config).await?)
 }
 
-/// One sweeper tick and one lease scan, `n` each, timed in this process with the operator
-/// stopped (one leader); history retention off, as in the rest of the phase. The operator is
-/// started again and leads before this returns.
-async fn sweeper_and_lease(b: &mut Bench, n: usize) -> anyhow::Result<(Value, Value)> {
+/// Runs `work` with the operator stopped and this process the only leader (a ledger of its own,
+/// history retention off as in the rest of the phase, and its fence); then the operator is
+/// started again and leads before this returns `work`'s result.
+async fn as_the_only_leader<T>(
+    b: &mut Bench,
+    work: impl AsyncFnOnce(&Bench, &ledger::Ledger, &ledger::Fence) -> anyhow::Result<T>,
+) -> anyhow::Result<T> {
     b.operator.stop();
     let measured = async {
         let l = ledger(b, None).await?;
         let fence = l.acquire_epoch(HOLDER).await?;
-        let (mut ticks, mut scans) = (vec![], vec![]);
-        for _ in 0..n {
-            let t = Instant::now();
-            l.sweep(&fence)
-                .await?
-                .context("another sweeper held the tick lock")?;
-            ticks.push(t.elapsed().as_secs_f64() * 1000.0);
-            let t = Instant::now();
-            let leased = l.lease_dispatches(&fence, 64).await?;
-            scans.push(t.elapsed().as_secs_f64() * 1000.0);
-            anyhow::ensure!(leased.is_empty(), "a dispatch was due: {leased:?}");
-        }
-        anyhow::Ok((percentiles(&ticks), percentiles(&scans)))
+        work(b, &l, &fence).await
     }
     .await;
     b.operator.start()?;
     operator_leads(b, Duration::from_secs(30)).await?;
     measured
+}
+
+/// One sweeper tick and one lease scan, `n` each, timed in this process as the only leader.
+async fn sweeper_and_lease(b: &mut Bench, n: usize) -> anyhow::Result<(Value, Value)> {
+    as_the_only_leader(b, async |_, l, fence| {
+        let (mut ticks, mut scans) = (vec![], vec![]);
+        for _ in 0..n {
+            let t = Instant::now();
+            l.sweep(fence)
+                .await?
+                .context("another sweeper held the tick lock")?;
+            ticks.push(t.elapsed().as_secs_f64() * 1000.0);
+            let t = Instant::now();
+            let leased = l.lease_dispatches(fence, 64).await?;
+            scans.push(t.elapsed().as_secs_f64() * 1000.0);
+            anyhow::ensure!(leased.is_empty(), "a dispatch was due: {leased:?}");
+        }
+        Ok((percentiles(&ticks), percentiles(&scans)))
+    })
+    .await
 }
 
 /// Calls of each figure whose pages are counted (the counts are per call; ten smooth out a
@@ -320,8 +331,7 @@ async fn pages_of(
 /// The pages each read, sweeper tick and lease scan touches in this phase (`aged_pages`): the
 /// cause of an aged/fresh ratio, measured before anything is changed for it.
 async fn pages(b: &mut Bench, name: &str, n: usize) -> anyhow::Result<Value> {
-    b.operator.stop();
-    let measured = async {
+    let figures = as_the_only_leader(b, async |b, l, fence| {
         let mut figures = Map::new();
         for (figure, kind, path) in [
             (
@@ -341,20 +351,12 @@ async fn pages(b: &mut Bench, name: &str, n: usize) -> anyhow::Result<Value> {
                 "/v1/cleanup/candidates?limit=100".to_string(),
             ),
         ] {
-            let c = b.client.fresh();
-            let work = async {
-                for _ in 0..n {
-                    c.get_operator(kind, &path).await?;
-                }
-                Ok(())
-            };
+            let work = async { probe(b, kind, &path, n).await.map(|_| ()) };
             figures.insert(figure.into(), pages_of(b, n, work).await?);
         }
-        let l = ledger(b, None).await?;
-        let fence = l.acquire_epoch(HOLDER).await?;
         let ticks = async {
             for _ in 0..n {
-                l.sweep(&fence)
+                l.sweep(fence)
                     .await?
                     .context("another sweeper held the tick lock")?;
             }
@@ -363,17 +365,15 @@ async fn pages(b: &mut Bench, name: &str, n: usize) -> anyhow::Result<Value> {
         figures.insert("sweeper_tick".into(), pages_of(b, n, ticks).await?);
         let scans = async {
             for _ in 0..n {
-                l.lease_dispatches(&fence, 64).await?;
+                l.lease_dispatches(fence, 64).await?;
             }
             Ok(())
         };
         figures.insert("lease_scan".into(), pages_of(b, n, scans).await?);
-        anyhow::Ok(figures)
-    }
-    .await;
-    b.operator.start()?;
-    operator_leads(b, Duration::from_secs(30)).await?;
-    Ok(json!({"scenario": "aged_pages", "phase": name, "figures": measured?}))
+        Ok(figures)
+    })
+    .await?;
+    Ok(json!({"scenario": "aged_pages", "phase": name, "figures": figures}))
 }
 
 /// Aged ÷ fresh of the pages each figure touches per call (`aged_pages_ratio`).
