@@ -37,6 +37,9 @@ impl Api {
         let db = TestDb::fresh().await;
         let mut config = Config::default();
         config.database.url = Some(db.url.clone());
+        // Behind a transaction pooler, what keeps session state goes straight to PostgreSQL.
+        config.database.listen_dsn = Some(db.direct_url.clone());
+        config.database.migration_url = Some(db.direct_url.clone());
         config.database.pool_size = 40;
         config.logging.access_log = false;
         config.auth.tokens = vec![

@@ -125,10 +125,35 @@ impl PgServer {
                 .0
         ))
     }
+
+    /// `db_url` (a database of this server) through a PgBouncer in transaction mode in front of
+    /// it (scripts/pgbouncer-up, started on first use) whose pools hold `pool_size` server
+    /// connections per database and user. The pooler stays up across [`PgServer::restart`], as
+    /// a CloudNativePG `Pooler` does while its cluster fails over.
+    pub fn through_pgbouncer(&self, db_url: &str, pool_size: u32) -> anyhow::Result<String> {
+        let out = Command::new(repo().join("scripts/pgbouncer-up"))
+            .env("LC_PGDATA", &self.dir)
+            .env("LC_TEST_PG_URL", &self.admin_url)
+            .env("LC_PGBOUNCER_POOL_SIZE", pool_size.to_string())
+            .stderr(Stdio::inherit())
+            .output()?;
+        anyhow::ensure!(
+            out.status.success(),
+            "scripts/pgbouncer-up failed: {}",
+            out.status
+        );
+        let pooler = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let (base, _) = pooler
+            .rsplit_once('/')
+            .context("pooler URL with a database")?;
+        let (_, db) = db_url.rsplit_once('/').context("URL with a database")?;
+        Ok(format!("{base}/{db}"))
+    }
 }
 
 impl Drop for PgServer {
     fn drop(&mut self) {
+        let _ = self.script("pgbouncer-down", &[]);
         let _ = self.script("pg-down", &["--purge"]);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -312,6 +337,18 @@ impl System {
         ));
         std::fs::create_dir_all(&logs)?;
         let (api_port, receiver_port) = (free_port(), free_port());
+        // Behind a transaction pooler the pools go through it; LISTEN, the standalone leader's
+        // advisory lock and the migrations keep their sessions on direct connections.
+        let pooled = match &pg {
+            Some(pg) if testkit::pooler_url().is_some() => Some(pg.through_pgbouncer(&db_url, 8)?),
+            _ => None,
+        };
+        let database = match &pooled {
+            Some(pooled) => format!(
+                "url: \"{pooled}\", listen_dsn: \"{db_url}\", migration_url: \"{db_url}\", pool_size: 8{database}"
+            ),
+            None => format!("url: \"{db_url}\", pool_size: 8{database}"),
+        };
         let api_bin = bin("load-control-api")?;
         let digest = hash_token(&api_bin, NIFI_TOKEN)?;
         let config = logs.join("config.yaml");
@@ -319,7 +356,7 @@ impl System {
             &config,
             format!(
                 "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
-             database: {{url: \"{db_url}\", pool_size: 8{database}}}\n\
+             database: {{{database}}}\n\
              auth: {{tokens: [{{name: sim-nifi, role: nifi, sha256: {digest}}}]}}\n\
              nifi: {{receiver_url: \"http://127.0.0.1:{receiver_port}\", timeout_seconds: 2{nifi}}}\n\
              recovery: {{mode: REISSUE, stale: 4s, extract_query_timeout: 2s, sweeper_interval: 1s, publish_stale: 20s, max_attempts: 4}}\n\
@@ -401,6 +438,17 @@ impl System {
             .await
             .ok()?;
         holder.split(':').nth(1)?.split('-').next()?.parse().ok()
+    }
+
+    /// The leader epoch last issued (None before the first leader, or while the database is away).
+    pub async fn leader_epoch(&self) -> Option<i64> {
+        use sqlx::Connection;
+        let mut c = sqlx::PgConnection::connect(&self.db_url).await.ok()?;
+        let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch")
+            .fetch_one(&mut c)
+            .await
+            .ok()?;
+        Some(epoch)
     }
 
     /// Whether the api-server and both operators still run as the processes started first

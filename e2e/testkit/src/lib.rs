@@ -4,6 +4,11 @@
 //! The admin URL comes from `LC_TEST_PG_URL`, else from `.pgdata/url` of this checkout. Each test
 //! database is cloned from a template migrated once per migration set, so a test costs one
 //! `CREATE DATABASE`, not a migration run.
+//!
+//! With `LC_TEST_PGBOUNCER_URL` (PgBouncer in transaction mode in front of that server,
+//! `scripts/pgbouncer-up`; `scripts/test pooler`), a test database's [`TestDb::url`] goes through
+//! the pooler: the product's pools use it, and [`TestDb::direct_url`] is what a platform team
+//! points `database.listen_dsn` and `database.migration_url` at.
 use ledger::{Ledger, LedgerConfig};
 use sqlx::{Connection, PgConnection};
 use std::collections::BTreeSet;
@@ -28,7 +33,18 @@ pub fn install_crypto() {
 
 pub struct TestDb {
     pub name: String,
+    /// Where the product's pools connect: through the pooler under `LC_TEST_PGBOUNCER_URL`,
+    /// else straight to PostgreSQL.
     pub url: String,
+    /// Straight to PostgreSQL: LISTEN, session advisory locks, migrations, the tests' own reads.
+    pub direct_url: String,
+}
+
+/// The admin URL through PgBouncer (`LC_TEST_PGBOUNCER_URL`), when the suites run behind it.
+pub fn pooler_url() -> Option<String> {
+    std::env::var("LC_TEST_PGBOUNCER_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
 }
 
 fn admin_url() -> String {
@@ -138,8 +154,7 @@ impl TestDb {
         .execute(&mut conn)
         .await
         .expect("create the test database");
-        let url = db_url(&admin, &name);
-        TestDb { name, url }
+        TestDb::named(&admin, name)
     }
 
     /// A new database without any schema (for migration tests).
@@ -154,8 +169,15 @@ impl TestDb {
             .execute(&mut conn)
             .await
             .expect("create database");
+        TestDb::named(&admin, name)
+    }
+
+    /// The database `name` of the server at `admin`, through the pooler if the suites use one.
+    fn named(admin: &str, name: String) -> TestDb {
+        let direct_url = db_url(admin, &name);
         TestDb {
-            url: db_url(&admin, &name),
+            url: pooler_url().map_or_else(|| direct_url.clone(), |p| db_url(&p, &name)),
+            direct_url,
             name,
         }
     }
@@ -174,7 +196,7 @@ impl TestDb {
         let out = std::process::Command::new("pg_dump")
             .args(["-Fc", "-f"])
             .arg(&file)
-            .arg(&self.url)
+            .arg(&self.direct_url)
             .output()
             .expect("run pg_dump");
         assert!(
@@ -204,7 +226,12 @@ impl TestDb {
         let out = std::process::Command::new("pg_restore")
             // One transaction: a process reconnecting meanwhile sees an empty database or the
             // whole backup, never half of it.
-            .args(["--exit-on-error", "--single-transaction", "-d", &self.url])
+            .args([
+                "--exit-on-error",
+                "--single-transaction",
+                "-d",
+                &self.direct_url,
+            ])
             .arg(backup)
             .output()
             .expect("run pg_restore");
@@ -215,9 +242,9 @@ impl TestDb {
         );
     }
 
-    /// A plain connection, for asserting on ledger rows.
+    /// A plain connection straight to PostgreSQL, for asserting on ledger rows.
     pub async fn conn(&self) -> PgConnection {
-        PgConnection::connect(&self.url)
+        PgConnection::connect(&self.direct_url)
             .await
             .expect("connect to the test database")
     }

@@ -123,6 +123,9 @@ impl Env {
         let db = TestDb::fresh().await;
         let mut config = Config::default();
         config.database.url = Some(db.url.clone());
+        // Behind a transaction pooler, what keeps session state goes straight to PostgreSQL.
+        config.database.listen_dsn = Some(db.direct_url.clone());
+        config.database.migration_url = Some(db.direct_url.clone());
         config.nifi.receiver_url = Some("http://127.0.0.1:9".into());
         tune(&mut config);
         let ledger = Ledger::connect(&db.url, 20, 0, config.ledger_config())
@@ -146,7 +149,7 @@ impl Env {
                 Arc::new(Metrics::default()),
             ),
             config: DispatcherConfig {
-                listen: self.db.url.clone().into(),
+                listen: self.db.direct_url.clone().into(),
                 poll_interval: Duration::from_secs(3600),
                 batch: 20,
                 signer: self.config.nifi.signer(),
