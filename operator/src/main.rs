@@ -222,7 +222,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
     .await?;
     let mut operator = if cli.standalone {
         let leadership =
-            AdvisoryLockLeadership::new(config.database_dsn(), ledger.clone(), identity.clone());
+            AdvisoryLockLeadership::new(config.session_dsn(), ledger.clone(), identity.clone());
         Operator::start_observed(&config, ledger.clone(), leadership, observers)?
     } else {
         let client = tokio::select! {

@@ -9,8 +9,13 @@ use std::time::{Duration, Instant};
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_of_two_leads_and_the_other_takes_over_with_a_higher_epoch() {
     let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
-    let lead =
-        |name: &str| AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), name.to_string());
+    let lead = |name: &str| {
+        AdvisoryLockLeadership::new(
+            env.config.session_dsn(),
+            env.ledger.clone(),
+            name.to_string(),
+        )
+    };
     let mut a = Operator::start(&env.config, env.ledger.clone(), lead("a")).unwrap();
     let first = a
         .wait_leading(Duration::from_secs(10))
@@ -43,8 +48,11 @@ async fn listen_wakes_the_dispatcher_after_each_completion() {
         c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600);
     })
     .await;
-    let leadership =
-        AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "listener".into());
+    let leadership = AdvisoryLockLeadership::new(
+        env.config.session_dsn(),
+        env.ledger.clone(),
+        "listener".into(),
+    );
     let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
     op.wait_leading(Duration::from_secs(10))
         .await
@@ -90,8 +98,10 @@ async fn the_binary_serves_health_and_metrics_and_stops_on_sigterm() {
     let log_dir = std::env::temp_dir().join(format!("op-logs-{}", uuid::Uuid::new_v4().simple()));
     std::fs::write(
         &config,
-        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
-                 logging: {{format: text, file: {{path: '{}/{{service}}.log'}}}}\n", env.db.url, log_dir.display()),
+        // listen_dsn: behind a transaction pooler (scripts/test pooler), the leader's session
+        // lock must not go through it (released at exit below, or held on for ever).
+        format!("database: {{url: '{}', listen_dsn: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
+                 logging: {{format: text, file: {{path: '{}/{{service}}.log'}}}}\n", env.db.url, env.db.direct_url, log_dir.display()),
     )
     .unwrap();
     let no_receiver =
@@ -183,7 +193,8 @@ async fn a_crashed_leader_task_is_restarted_and_works_again() {
         c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600);
     })
     .await;
-    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "sup".into());
+    let leadership =
+        AdvisoryLockLeadership::new(env.config.session_dsn(), env.ledger.clone(), "sup".into());
     let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
     let fence = op
         .wait_leading(Duration::from_secs(10))
@@ -225,7 +236,8 @@ async fn a_crashed_leader_task_is_restarted_and_works_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_crash_looping_task_is_reported_but_keeps_liveness_green() {
     let env = Env::start(|c| c.recovery.sweeper_interval = lcconfig::config::Dur::secs(3600)).await;
-    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "loop".into());
+    let leadership =
+        AdvisoryLockLeadership::new(env.config.session_dsn(), env.ledger.clone(), "loop".into());
     let mut op = Operator::start(&env.config, env.ledger.clone(), leadership).unwrap();
     op.wait_leading(Duration::from_secs(10))
         .await
@@ -998,7 +1010,8 @@ async fn after_a_restore_decisions_wait_until_the_loadruns_were_compared() {
     let (deciding_tx, deciding) = watch::channel(None);
     let (compared_tx, compared) = watch::channel(0);
     let (release_tx, release) = watch::channel(false);
-    let leadership = AdvisoryLockLeadership::new(&env.db.url, env.ledger.clone(), "after".into());
+    let leadership =
+        AdvisoryLockLeadership::new(env.config.session_dsn(), env.ledger.clone(), "after".into());
     let task = tokio::spawn(lead(
         leadership,
         env.ledger.clone(),

@@ -190,7 +190,7 @@ async fn two_pods_of_one_release_fail_over_as_before() {
             .with_installation("team-a/load-control-leader", stale);
         (
             ledger.clone(),
-            AdvisoryLockLeadership::new(&env.db.url, ledger, name.to_string()),
+            AdvisoryLockLeadership::new(env.config.session_dsn(), ledger, name.to_string()),
         )
     };
     let (la, a_lead) = pod("a-0");
@@ -234,7 +234,7 @@ async fn the_other_release_takes_over_once_the_owners_claim_is_stale() {
     let mut a = Operator::start(
         &env.config,
         ledger_a.clone(),
-        AdvisoryLockLeadership::new(&env.db.url, ledger_a.clone(), "a-0".into()),
+        AdvisoryLockLeadership::new(env.config.session_dsn(), ledger_a.clone(), "a-0".into()),
     )
     .unwrap();
     let first = a
@@ -247,7 +247,7 @@ async fn the_other_release_takes_over_once_the_owners_claim_is_stale() {
     let mut b = Operator::start(
         &env.config,
         ledger_b.clone(),
-        AdvisoryLockLeadership::new(&env.db.url, ledger_b.clone(), "b-0".into()),
+        AdvisoryLockLeadership::new(env.config.session_dsn(), ledger_b.clone(), "b-0".into()),
     )
     .unwrap();
     let probe_b = Probe::serve(&ledger_b, &b).await;

@@ -13,10 +13,13 @@ pub struct DatabaseConfig {
     /// Its password is never logged.
     #[serde(skip_serializing)]
     pub url: Option<String>,
-    /// The account `migrate` applies the schema with (DDL); none: `url`.
+    /// The account `migrate` applies the schema with (DDL, under a session advisory lock: behind
+    /// a transaction pooler, a URL straight to PostgreSQL); none: `url`.
     #[serde(skip_serializing)]
     pub migration_url: Option<String>,
-    /// The connection that LISTENs for wake-ups; none: `url`.
+    /// The connection that LISTENs for wake-ups and, with `--standalone`, holds the leader's
+    /// advisory lock. Both keep session state: behind a transaction pooler (PgBouncer), a URL
+    /// straight to PostgreSQL. None: `url`.
     #[serde(skip_serializing)]
     pub listen_dsn: Option<String>,
     /// Connections kept open per process.

@@ -146,6 +146,14 @@ impl Config {
         self.database.dsn()
     }
 
+    /// Where the connections that keep session state go: LISTEN, and the standalone leader's
+    /// advisory lock. A transaction pooler hands each transaction a server connection of its
+    /// choosing, so a session lock taken through it outlives its holder on a connection the
+    /// pooler keeps, and a LISTEN hears nothing.
+    pub fn session_dsn(&self) -> ledger::Dsn {
+        self.listen_dsn()
+    }
+
     /// Where LISTEN connections go: `database.listen_dsn`, else `database.url`; with the password
     /// of `database.password_file`.
     pub fn listen_dsn(&self) -> ledger::Dsn {

@@ -56,6 +56,10 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
     // The chaos: the api-server killed every 3 s, the leading operator killed once, PostgreSQL
     // restarted once, for as long as the load runs (at most 10 minutes).
     let (mut api_kills, mut leader_kills, mut pg_restarts) = (0, 0, 0);
+    // The epoch of the first leader seen: leadership changes hands only when a fault takes it
+    // (the leader killed, its lock's session cut by the restart), never between two live
+    // operators (a session lock taken through a transaction pooler would let both hold it).
+    let mut first_epoch = None;
     let chaos_start = Instant::now();
     let mut next_api_kill = Duration::from_secs(2);
     while sim.try_wait().unwrap().is_none() {
@@ -70,7 +74,11 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
             api_kills += 1;
             next_api_kill += Duration::from_secs(3);
         }
+        if first_epoch.is_none() && pg_restarts == 0 {
+            first_epoch = sys.leader_epoch().await;
+        }
         if leader_kills == 0
+            && first_epoch.is_some()
             && t >= Duration::from_secs(3)
             && let Some(pid) = sys.leader_pid().await
             && let Some(o) = sys.ops.iter_mut().find(|o| o.pid() == Some(pid))
@@ -93,10 +101,13 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
     let why = e2e::nifi::what_went_wrong(&summary);
 
     let report = checked(&sys.db_url, "CHAOS_JOB").await;
+    let first_epoch = first_epoch.expect("a leader before the faults");
+    let last_epoch = sys.leader_epoch().await.expect("a leader at the end");
     let line = json!({
         "bench": "chaos", "runs": runs, "final_status": summary["final_status"], "ledger": report.by_status,
         "faults_injected": summary["faults_injected"], "api_kills": api_kills, "leader_kills": leader_kills,
         "pg_restarts": pg_restarts, "violations": report.violations.len(),
+        "leader_epochs": last_epoch - first_epoch + 1, "through_pgbouncer": testkit::pooler_url().is_some(),
         "gave_up": summary["gave_up"].as_array().map_or(0, Vec::len),
         "requests": summary["requests"], "wall_seconds": t0.elapsed().as_secs_f64(),
     });
@@ -131,6 +142,13 @@ async fn runs_survive_kills_restarts_and_injected_faults() {
     assert!(
         api_kills >= 1 && leader_kills == 1 && pg_restarts == 1,
         "the faults happened while the load ran"
+    );
+    assert!(
+        last_epoch - first_epoch <= leader_kills + pg_restarts,
+        "leadership changed hands {} times for {leader_kills} leader kill and {pg_restarts} restart: two operators held the leader lock?\n{}\n{}",
+        last_epoch - first_epoch,
+        sys.ops[0].log_tail(20),
+        sys.ops[1].log_tail(20)
     );
     sys.stop();
 }
