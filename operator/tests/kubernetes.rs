@@ -661,6 +661,78 @@ fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&s
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// examples/values-cnpg-pooler.yaml: the pools through the Pooler, and what keeps session state
+/// (the operator's LISTEN, the migration hook) straight to the cluster, each URL from its key of
+/// the one Secret; the password as a file, for rotation.
+#[test]
+fn the_pooler_example_keeps_session_state_off_the_pooler() {
+    let example = format!(
+        "{}/../examples/values-cnpg-pooler.yaml",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    let out = kubetest::helm_offline()
+        .args(["template", "lc", &chart_dir(), "--namespace", "ns"])
+        .args(["-f", &kubetest::required_values(), "-f", &example])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let docs: Vec<serde_yaml::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .split("\n---")
+        .filter_map(|d| serde_yaml::from_str(d).ok())
+        .collect();
+    let secret_key = |env: &serde_yaml::Value, name: &str| -> Option<(String, String)> {
+        let var = env.as_sequence()?.iter().find(|e| e["name"] == name)?;
+        let key = &var["valueFrom"]["secretKeyRef"];
+        Some((key["name"].as_str()?.into(), key["key"].as_str()?.into()))
+    };
+    let containers = docs.iter().find(|d| d["kind"] == "Deployment").unwrap()["spec"]["template"]
+        ["spec"]["containers"]
+        .as_sequence()
+        .unwrap()
+        .clone();
+    let env_of = |name: &str| containers.iter().find(|c| c["name"] == name).unwrap()["env"].clone();
+    let lc_db = |key: &str| Some(("lc-db".to_string(), key.to_string()));
+    for container in ["api-server", "operator"] {
+        assert_eq!(
+            secret_key(&env_of(container), "DATABASE_URL"),
+            lc_db("DATABASE_URL"),
+            "{container}: its pool through the Pooler"
+        );
+    }
+    assert_eq!(
+        secret_key(&env_of("operator"), "LCA_DATABASE__LISTEN_DSN"),
+        lc_db("LISTEN_DSN"),
+        "the operator LISTENs straight to the cluster"
+    );
+    let migrate = docs
+        .iter()
+        .find(|d| d["kind"] == "Job" && d["metadata"]["name"] == "lc-load-control-migrate")
+        .unwrap();
+    assert_eq!(
+        secret_key(
+            &migrate["spec"]["template"]["spec"]["containers"][0]["env"],
+            "LCA_DATABASE__MIGRATION_URL"
+        ),
+        lc_db("MIGRATION_URL"),
+        "the migration hook straight to the cluster"
+    );
+    for container in ["api-server", "operator"] {
+        assert!(
+            env_of(container)
+                .as_sequence()
+                .unwrap()
+                .iter()
+                .any(|e| e["name"] == "LCA_DATABASE__PASSWORD_FILE"),
+            "{container}: the password as a file"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn the_charts_rbac_is_enough_for_the_operator_and_no_broader() {
     let c = cluster().await;

@@ -71,6 +71,9 @@ pub struct Options {
     /// More configuration of both processes, YAML lines appended to the file (the aged scenario
     /// turns history retention off while it measures).
     pub extra_config: String,
+    /// The pools through PgBouncer in transaction mode (scripts/pgbouncer-up) holding
+    /// `pool_size` server connections; LISTEN, the leader's lock and the migration direct.
+    pub through_pgbouncer: bool,
 }
 
 pub struct Bench {
@@ -144,18 +147,26 @@ impl Bench {
             }
         });
         let api_port = free_port();
+        let database = if opts.through_pgbouncer {
+            let pooled = pg.through_pgbouncer(&db_url, opts.pool_size)?;
+            format!(
+                "url: \"{pooled}\", listen_dsn: \"{db_url}\", migration_url: \"{db_url}\", pool_size: {}",
+                opts.pool_size
+            )
+        } else {
+            format!("url: \"{db_url}\", pool_size: {}", opts.pool_size)
+        };
         let config = logs.join("config.yaml");
         std::fs::write(
             &config,
             format!(
                 "server: {{host: 127.0.0.1, port: {api_port}, timeout_graceful_shutdown: 1}}\n\
-                 database: {{url: \"{db_url}\", pool_size: {pool}}}\n\
+                 database: {{{database}}}\n\
                  auth: {{tokens: [{{name: bench-nifi, role: nifi, sha256: {nifi}}}, \
                                   {{name: bench-operator, role: operator, sha256: {operator}}}]}}\n\
                  nifi: {{receiver_url: \"http://{receiver}\"}}\n\
                  worker: {{metrics_port: null}}\n\
                  logging: {{format: json, level: INFO}}\n{extra}",
-                pool = opts.pool_size,
                 nifi = hash_token(&api_bin, NIFI_TOKEN)?,
                 operator = hash_token(&api_bin, OPERATOR_TOKEN)?,
                 receiver = receiver.addr,

@@ -79,6 +79,11 @@ struct Args {
     /// Keep the processes' logs (printed path) instead of removing them
     #[arg(long)]
     keep_logs: bool,
+    /// Both processes' pools through PgBouncer in transaction mode (scripts/pgbouncer-up, which
+    /// builds it the first time) holding --pool-size server connections; LISTEN, the leader's
+    /// lock and the migration on direct connections. pgbench stays direct (the ceiling).
+    #[arg(long)]
+    through_pgbouncer: bool,
     /// Aged scenario (`--only aged`): runs in the aged ledger [default: 1000; 60 with --quick]
     #[arg(long)]
     aged_runs: Option<usize>,
@@ -103,13 +108,23 @@ struct Args {
     aged_samples: Option<usize>,
 }
 
+/// Set by `--through-pgbouncer`: every line says so (`"pooler": "pgbouncer"`).
+static THROUGH_PGBOUNCER: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn emit(line: &serde_json::Value) {
+    let mut line = line.clone();
+    if THROUGH_PGBOUNCER.load(std::sync::atomic::Ordering::Relaxed)
+        && let Some(fields) = line.as_object_mut()
+    {
+        fields.insert("pooler".into(), "pgbouncer".into());
+    }
     println!("{line}");
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    THROUGH_PGBOUNCER.store(args.through_pgbouncer, std::sync::atomic::Ordering::Relaxed);
     let mut s = if args.quick {
         Sizes::quick()
     } else {
@@ -164,6 +179,7 @@ async fn main() -> anyhow::Result<()> {
         pool_size: args.pool_size,
         statements: args.statements,
         pg_options: args.pg_options.clone(),
+        through_pgbouncer: args.through_pgbouncer,
         // The aged scenario measures the ledger as filled: history retention only in its
         // catch-up, by its own sweeper (the operator's stays off).
         extra_config: if run("aged") {
