@@ -333,6 +333,99 @@ async fn a_job_summary_counts_the_last_day_of_its_own_runs() {
     assert_eq!((s.succeeded, s.failed, s.cancelled), (1, 1, 1));
 }
 
+/// The monitor's alert list capped at N is the first N of the whole list, whichever kinds crowd
+/// it: each kind is cut to N by its own index before the kinds are merged (issue 43 item 3),
+/// which must never change what is listed or in what order. Every kind has more rows than the
+/// cap, their times interleaved, two of them on the same instant.
+#[tokio::test]
+async fn a_capped_alert_list_is_the_head_of_the_whole_list() {
+    let db = TestDb::fresh().await;
+    let ledger = db.ledger(2, LedgerConfig::default()).await;
+    let mut conn = db.conn().await;
+    // One instant every time is counted back from, so that equal offsets are equal times.
+    let (base,): (String,) = sqlx::query_as("SELECT now()::text")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    for n in 0..76 {
+        let id = ledger
+            .create_run(&new_run(&format!("A{n}")))
+            .await
+            .unwrap()
+            .run_id;
+        // 5 to 15 hours ago (all within the day, all stale), ties on the same instant; the last
+        // six runs, PUBLISH_UNKNOWN, tie at the head of the list, where a cap cuts among them.
+        let ago = match n {
+            70.. => "interval '2 hours'".to_string(),
+            _ => format!("interval '{} minutes'", 300 + (n * 37 % 600) / 40 * 40),
+        };
+        let sql = match if n >= 70 { 0 } else { n % 7 } {
+            0 | 1 => format!(
+                "UPDATE nifi_ops.load_run SET status = 'PUBLISH_UNKNOWN', heartbeat_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+            2 => format!(
+                "UPDATE nifi_ops.load_run SET status = 'STAGE_VALIDATING', heartbeat_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+            3 => format!(
+                "UPDATE nifi_ops.load_run SET status = 'PUBLISHED', heartbeat_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+            4 => format!(
+                "UPDATE nifi_ops.load_run SET status = 'FAILED_EXTRACT', completed_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+            5 => format!(
+                "UPDATE nifi_ops.load_run SET heartbeat_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+            _ => format!(
+                "UPDATE nifi_ops.load_run SET status = 'FAILED_PUBLISH', completed_at = '{base}'::timestamptz - {ago} WHERE run_id = $1"
+            ),
+        };
+        testkit::outside_the_state_machine(&mut conn, &sql, id).await;
+        // A DEAD dispatch (two on every third run, none on the last six), at the same times.
+        let kinds = ["('VALIDATE_RUN', NULL)", "('REISSUE_PARTITION', '0000')"];
+        let dispatches = match n {
+            70.. => 0,
+            _ => 1 + usize::from(n % 3 == 0),
+        };
+        for dispatch in &kinds[..dispatches] {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO nifi_ops.load_dispatch (dispatch_id, run_id, dispatch_type, partition_id, status, \
+                   next_attempt_at, last_error) SELECT gen_random_uuid(), $1, k.t, k.p, 'DEAD', '{base}'::timestamptz - {ago}, 'HTTP 404' \
+                   FROM (VALUES {dispatch}) AS k(t, p)"
+            )))
+            .bind(id)
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        }
+    }
+    let whole = ledger.monitor_summary(1000).await.unwrap().alerts;
+    let kinds: std::collections::BTreeMap<&str, usize> =
+        whole.iter().fold(Default::default(), |mut m, a| {
+            *m.entry(a.kind.as_str()).or_default() += 1;
+            m
+        });
+    let key = |a: &ledger::ops::monitor::Alert| (a.kind.clone(), a.run_id, a.dispatch_id, a.at);
+    for cap in [1, 2, 3, 5, 8, 13, 40] {
+        let capped = ledger.monitor_summary(cap).await.unwrap().alerts;
+        assert_eq!(
+            capped.iter().map(key).collect::<Vec<_>>(),
+            whole.iter().take(cap as usize).map(key).collect::<Vec<_>>(),
+            "cap {cap}; kinds {kinds:?}"
+        );
+    }
+    for kind in [
+        "PUBLISH_UNKNOWN",
+        "DISPATCH_DEAD",
+        "RUN_FAILED",
+        "RUN_STALE",
+    ] {
+        assert!(
+            kinds.get(kind).copied().unwrap_or(0) > 13,
+            "{kind}: {kinds:?}"
+        );
+    }
+}
+
 /// A write retried while the database is being replaced (a restore cuts every connection).
 async fn until_answered<T, F, Fut>(what: &str, mut f: F) -> Result<T, LedgerError>
 where

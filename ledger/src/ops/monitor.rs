@@ -77,10 +77,16 @@ pub static RECENT_RUNS: LazyLock<String> = LazyLock::new(|| {
 pub const DISPATCH_COUNTS: &str = "SELECT status, count(*) FROM nifi_ops.load_dispatch WHERE status IN ('PENDING','SENT') GROUP BY status \
      UNION ALL SELECT 'DEAD', count(*) FROM nifi_ops.load_dispatch WHERE status = 'DEAD'";
 /// The rows of `alerts`, as the CTE `alerts`: `$1..$7` thresholds, `$8`/`$9` the global stale
-/// thresholds, `$11` the window's start (serverTime − 24 h). Each kind is served by its own index:
-/// PUBLISH_UNKNOWN and RUN_STALE by `ix_load_run_status_heartbeat`, DISPATCH_DEAD by
-/// `ix_load_dispatch_dead_alert` (the run by its key), RUN_FAILED by `ix_load_run_final_end`,
-/// CLEANUP_FAILED by `ix_load_event_cleanup_failed`.
+/// thresholds, `$10` the cap, `$11` the window's start (serverTime − 24 h). Each kind is served by
+/// its own index and capped at `$10` rows in the list's order (the latest first), so a kind with
+/// many rows (hundreds of runs awaiting a person, a thousand DEAD dispatches) costs `$10` rows, not
+/// all of them: the list's first `$10` are among the kinds' first `$10`. (`DESC` without `NULLS
+/// LAST` where the list says `NULLS LAST`: every `at` is NOT NULL, and a backward index scan
+/// yields `DESC NULLS FIRST`.) PUBLISH_UNKNOWN and
+/// RUN_STALE by `ix_load_run_status_heartbeat` (STAGE_VALIDATING and PUBLISHED by the covering
+/// `ix_load_run_stuck`), DISPATCH_DEAD by `ix_load_dispatch_dead_alert` read backwards (the run
+/// by its key), RUN_FAILED by `ix_load_run_final_end`, CLEANUP_FAILED by
+/// `ix_load_event_cleanup_failed`.
 static ALERT_ROWS: LazyLock<String> = LazyLock::new(|| {
     format!(
         "{JOB_CTE},
@@ -89,33 +95,44 @@ static ALERT_ROWS: LazyLock<String> = LazyLock::new(|| {
             WHERE e.event_name = 'CLEANUP_FAILED' AND e.event_time >= $11
             ORDER BY e.run_id, e.event_time DESC, e.event_id DESC),
          alerts AS (
-           SELECT 'PUBLISH_UNKNOWN' AS kind, 'ERROR' AS severity, r.run_id, r.job_key, r.business_key, r.status,
+           (SELECT 'PUBLISH_UNKNOWN' AS kind, 'ERROR' AS severity, r.run_id, r.job_key, r.business_key, r.status,
                   r.heartbeat_at AS at, r.error_message AS message, NULL::uuid AS dispatch_id
              FROM nifi_ops.load_run r WHERE r.status = 'PUBLISH_UNKNOWN'
+            ORDER BY r.heartbeat_at DESC, r.run_id LIMIT $10)
            UNION ALL
-           SELECT 'DISPATCH_DEAD', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, d.next_attempt_at,
+           (SELECT 'DISPATCH_DEAD', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, d.next_attempt_at,
                   d.dispatch_type || ': ' || COALESCE(d.last_error, ''), d.dispatch_id
              FROM nifi_ops.load_dispatch d
             CROSS JOIN LATERAL (SELECT r.run_id, r.job_key, r.business_key, r.status FROM nifi_ops.load_run r
                                  WHERE r.run_id = d.run_id LIMIT 1) r
             WHERE {dead_alerting}
+            ORDER BY d.next_attempt_at DESC, r.run_id, d.dispatch_id LIMIT $10)
            UNION ALL
-           SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
+           (SELECT 'RUN_FAILED', 'ERROR', r.run_id, r.job_key, r.business_key, r.status, COALESCE(r.completed_at, r.heartbeat_at),
                   COALESCE(r.error_code, '') || ' ' || COALESCE(r.error_message, ''), NULL
              FROM nifi_ops.load_run r
             WHERE r.status IN ('FAILED_MANIFEST','FAILED_EXTRACT','FAILED_STAGE_VALIDATION','FAILED_PUBLISH',
                                'FAILED_TARGET_VALIDATION','FAILED_SNAPSHOT_EXPIRED','TIMED_OUT')
               AND r.status NOT IN {ACTIVE} AND COALESCE(r.completed_at, r.heartbeat_at) >= $11
+            ORDER BY COALESCE(r.completed_at, r.heartbeat_at) DESC, r.run_id LIMIT $10)
            UNION ALL
-           SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
+           (SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
              FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key
-            WHERE (r.status IN ('STAGE_VALIDATING','PUBLISHED','EXTRACTED_VALIDATED','STAGING_VALIDATED')
+            WHERE r.status IN ('STAGE_VALIDATING','PUBLISHED')
+              AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.vstale_s, $9))
+            ORDER BY r.heartbeat_at DESC, r.run_id LIMIT $10)
+           UNION ALL
+           (SELECT 'RUN_STALE', 'WARN', r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at, 'no change for a long time', NULL
+             FROM nifi_ops.load_run r LEFT JOIN js ON js.job_key = r.job_key
+            WHERE (r.status IN ('EXTRACTED_VALIDATED','STAGING_VALIDATED')
                    AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.vstale_s, $9)))
                OR (r.status IN ('CREATED','EXTRACTING')
                    AND r.heartbeat_at < clock_timestamp() - make_interval(secs => COALESCE(js.stale_s, $8)))
+            ORDER BY r.heartbeat_at DESC, r.run_id LIMIT $10)
            UNION ALL
-           SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
-             FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL)",
+           (SELECT 'CLEANUP_FAILED', 'WARN', r.run_id, r.job_key, r.business_key, NULL, c.event_time, c.message, NULL
+             FROM cleanup_failed c JOIN nifi_ops.load_run r ON r.run_id = c.run_id WHERE r.cleaned_at IS NULL
+            ORDER BY c.event_time DESC, r.run_id LIMIT $10))",
         dead_alerting = crate::machine::alerting_dead_dispatch!("d", "r"),
     )
 });
