@@ -39,11 +39,13 @@ const BY_RUN: [&str; 2] = [
 
 /// Bounds that must appear as an Index Cond (not a Filter) in a statement's plan: a scan with only
 /// `status = 'PENDING'` as its condition still reads every PENDING row when nothing is due.
-const REQUIRED_BOUNDS: [(&str, &str); 12] = [
-    // The alerts of the longest window, one range (issue 43 item 3), not a probe per stuck run.
+const REQUIRED_BOUNDS: [(&str, &str); 13] = [
+    // Rule 4 (issue 43 item 3): the alerts of the longest window one range, not a probe per stuck
+    // run; the stuck runs one range of their covering index, not every stuck run.
+    ("sweeper.stale_alert", "event_time > (statement_timestamp()"),
     (
-        "sweeper.stale_alert_recent",
-        "event_time > (statement_timestamp()",
+        "sweeper.stale_alert",
+        "heartbeat_at < (statement_timestamp()",
     ),
     (
         "jobs.recent_counts",

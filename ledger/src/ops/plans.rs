@@ -174,16 +174,12 @@ pub fn catalogue() -> Vec<PlannedQuery> {
         ),
         q(
             "sweeper.stale_alert",
-            sweeper::STALE_ALERT_RUNS,
-            &[("float8", "3600")],
-            true,
-        ),
-        q(
-            "sweeper.stale_alert_recent",
-            sweeper::RECENT_STALE_ALERTS,
+            sweeper::STALE_ALERT_DUE,
             &[
-                RUNS,
-                ("float8[]", "array_fill(7200::float8, ARRAY[10])"),
+                THRESHOLDS[0],
+                THRESHOLDS[4],
+                ("float8", "7200"),
+                ("float8", "3600"),
                 ("float8", "7200"),
             ],
             true,

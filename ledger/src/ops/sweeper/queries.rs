@@ -39,22 +39,26 @@ pub const UNACKED_DISPATCHES: &str = "SELECT d.dispatch_id, d.run_id, d.dispatch
                   OR (d.dispatch_type = 'REISSUE_PARTITION' AND r.status = 'EXTRACTING' AND p.status = 'RETRY')) \
               ORDER BY d.sent_at, d.dispatch_id FOR UPDATE OF d SKIP LOCKED";
 
-/// Rule 4's candidates, `$1` the shortest `recovery.validation_stale`.
-pub const STALE_ALERT_RUNS: &str = "SELECT run_id, job_key, business_key, status, heartbeat_at, extract(epoch FROM clock_timestamp() - heartbeat_at)::float8 \
-               FROM nifi_ops.load_run WHERE status IN ('STAGE_VALIDATING', 'PUBLISHED') \
-                AND heartbeat_at < clock_timestamp() - make_interval(secs => $1) ORDER BY heartbeat_at, run_id";
-
-/// Rule 4, the stuck runs (`$1`) that had an alert within their window (`$2`, seconds), all in
-/// one statement (a probe per run was a round trip per stuck run on every tick): the alerts of the
-/// longest window (`$3`) are one range of `ix_load_event_stale_alert`, read once, not a probe of
-/// each stuck run's events. The range starts from `statement_timestamp()` (an index bound must not
-/// be volatile), earlier than the clock each run's own window is compared with, so it holds every
-/// alert that comparison can keep.
-pub const RECENT_STALE_ALERTS: &str = "WITH recent AS MATERIALIZED ( \
-           SELECT e.run_id, e.event_time FROM nifi_ops.load_event e \
-            WHERE e.event_name = 'RUN_STALE_ALERT' AND e.event_time > statement_timestamp() - make_interval(secs => $3)) \
-         SELECT DISTINCT d.run_id FROM unnest($1::uuid[], $2::float8[]) AS d(run_id, window_s) \
-           JOIN recent a ON a.run_id = d.run_id AND a.event_time > clock_timestamp() - make_interval(secs => d.window_s)";
+/// Rule 4, in one statement: the runs stuck in STAGE_VALIDATING or PUBLISHED past their own job's
+/// `recovery.validation_stale` (`$1` the jobs with their own settings, `$2` their windows, `$3`
+/// the global one) with no alert within that window; `$4` the shortest window of all, `$5` the
+/// longest. Only the due runs leave the database (sending every stuck run to be judged, and
+/// binding them back, was most of a tick on a ledger holding hundreds). The stuck runs are a
+/// range of the covering `ix_load_run_stuck` and their alerts of the longest window one range of
+/// `ix_load_event_stale_alert`, read once: both bounds start from `statement_timestamp()` (an
+/// index bound must not be volatile), and each run is then judged by `clock_timestamp()`.
+pub const STALE_ALERT_DUE: &str = "WITH recent AS MATERIALIZED ( \
+           SELECT e.run_id, max(e.event_time) AS last_alert FROM nifi_ops.load_event e \
+            WHERE e.event_name = 'RUN_STALE_ALERT' AND e.event_time > statement_timestamp() - make_interval(secs => $5) \
+            GROUP BY e.run_id) \
+         SELECT r.run_id, r.job_key, r.business_key, r.status, r.heartbeat_at FROM nifi_ops.load_run r \
+          CROSS JOIN LATERAL (SELECT COALESCE(($2::float8[])[array_position($1::text[], r.job_key::text)], $3) AS window_s) w \
+           LEFT JOIN recent a ON a.run_id = r.run_id \
+          WHERE r.status IN ('STAGE_VALIDATING', 'PUBLISHED') \
+            AND r.heartbeat_at < statement_timestamp() - make_interval(secs => $4) \
+            AND r.heartbeat_at <= clock_timestamp() - make_interval(secs => w.window_s) \
+            AND (a.last_alert IS NULL OR a.last_alert <= clock_timestamp() - make_interval(secs => w.window_s)) \
+          ORDER BY r.heartbeat_at, r.run_id";
 
 /// Rule 5's candidates, `$1` the shortest `recovery.publish_stale`.
 pub const PUBLISH_STALE_RUNS: &str = "SELECT run_id, job_key, extract(epoch FROM clock_timestamp() - publish_started_at)::float8 FROM nifi_ops.load_run \

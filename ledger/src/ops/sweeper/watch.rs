@@ -24,35 +24,22 @@ impl Ledger {
         c: &mut Counts,
     ) -> Result<()> {
         let g = &self.config.thresholds;
-        let min = jobs.min_of(g, |t| t.validation_stale);
-        let rows: Vec<(Uuid, String, String, String, DateTime<Utc>, f64)> =
-            sqlx::query_as(STALE_ALERT_RUNS)
-                .bind(secs(min))
+        let shortest = jobs.min_of(g, |t| t.validation_stale);
+        let longest = jobs
+            .validation_stale
+            .iter()
+            .copied()
+            .fold(secs(g.validation_stale), f64::max);
+        let due: Vec<(Uuid, String, String, String, DateTime<Utc>)> =
+            sqlx::query_as(STALE_ALERT_DUE)
+                .bind(&jobs.jobs)
+                .bind(&jobs.validation_stale)
+                .bind(secs(g.validation_stale))
+                .bind(secs(shortest))
+                .bind(longest)
                 .fetch_all(&mut *conn)
                 .await?;
-        let due: Vec<_> = rows
-            .into_iter()
-            .map(|row| (secs(jobs.of(&row.1, g).validation_stale), row))
-            .filter(|(window, row)| row.5 >= *window)
-            .collect();
-        if due.is_empty() {
-            return Ok(());
-        }
-        let ids: Vec<Uuid> = due.iter().map(|(_, row)| row.0).collect();
-        let windows: Vec<f64> = due.iter().map(|(window, _)| *window).collect();
-        let longest = windows.iter().copied().fold(0.0, f64::max);
-        let alerted: std::collections::HashSet<Uuid> = sqlx::query_scalar(RECENT_STALE_ALERTS)
-            .bind(&ids)
-            .bind(&windows)
-            .bind(longest)
-            .fetch_all(&mut *conn)
-            .await?
-            .into_iter()
-            .collect();
-        for (_, (run_id, job, bk, status, heartbeat, _)) in due {
-            if alerted.contains(&run_id) {
-                continue;
-            }
+        for (run_id, job, bk, status, heartbeat) in due {
             Event::new(Level::Error, "RUN_STALE_ALERT")
                 .run_keys(run_id, &job, &bk)
                 .processor("sweeper")
