@@ -435,8 +435,8 @@ async fn an_operator_outside_the_schema_range_neither_leads_nor_is_ready() {
     let config = std::env::temp_dir().join(format!("op-{}.yaml", uuid::Uuid::new_v4().simple()));
     std::fs::write(
         &config,
-        format!("database: {{url: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
-                 logging: {{format: text}}\n", env.db.url),
+        format!("database: {{url: '{}', listen_dsn: '{}'}}\nnifi: {{receiver_url: 'http://127.0.0.1:9'}}\nworker: {{metrics_host: 127.0.0.1, metrics_port: {port}}}\n\
+                 logging: {{format: text}}\n", env.db.url, env.db.direct_url),
     )
     .unwrap();
     let child = Command::new(env!("CARGO_BIN_EXE_load-control-operator"))
@@ -658,7 +658,7 @@ async fn the_binary_waits_out_unreadable_nifi_tls_files() {
     let port = testkit::free_port();
     let missing = std::env::temp_dir().join(format!("absent-{}", uuid::Uuid::new_v4().simple()));
     let log = std::env::temp_dir().join(format!("tls-wait-{port}.log"));
-    let mut child = standalone_on(&env.db.url, port)
+    let mut child = standalone_on(&env.db, port)
         .env("LCA_NIFI__RECEIVER_URL", "https://127.0.0.1:9")
         .env("LCA_NIFI__CLIENT_CERT", missing.join("tls.crt"))
         .env("LCA_NIFI__CLIENT_KEY", missing.join("tls.key"))
@@ -826,13 +826,15 @@ async fn the_binary_waits_out_a_kubernetes_client_it_cannot_have() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// The binary in standalone mode on the database `url`, no configuration file, its metrics and
-/// health on 127.0.0.1:`port`; the NiFi receiver and output are the caller's.
-fn standalone_on(url: &str, port: u16) -> Command {
+/// The binary in standalone mode on the database `db`, no configuration file, its metrics and
+/// health on 127.0.0.1:`port`; the NiFi receiver and output are the caller's. Its leader lock and
+/// LISTEN straight to PostgreSQL (`database.listen_dsn`), as behind a pooler they must be.
+fn standalone_on(db: &testkit::TestDb, port: u16) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_load-control-operator"));
     cmd.arg("--standalone")
         .env("LCA_CONFIG", "/dev/null")
-        .env("DATABASE_URL", url)
+        .env("DATABASE_URL", &db.url)
+        .env("LCA_DATABASE__LISTEN_DSN", &db.direct_url)
         .env("LCA_WORKER__METRICS_HOST", "127.0.0.1")
         .env("LCA_WORKER__METRICS_PORT", port.to_string());
     cmd
@@ -876,7 +878,7 @@ async fn a_killed_operator_process_is_started_again_by_its_supervisor() {
     let env = Env::start(|_| {}).await;
     let port = testkit::free_port();
     let log = std::env::temp_dir().join(format!("supervised-{port}.log"));
-    let mut supervisor = standalone_on(&env.db.url, port)
+    let mut supervisor = standalone_on(&env.db, port)
         .arg("--supervise")
         .env("LCA_NIFI__RECEIVER_URL", "http://127.0.0.1:9")
         .stdout(std::fs::File::create(&log).unwrap())

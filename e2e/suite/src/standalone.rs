@@ -159,6 +159,18 @@ impl Drop for PgServer {
     }
 }
 
+/// The `database:` keys (inside the braces) of a process on the database at `direct` with
+/// `pool_size` connections: the pool through `pooled` when given, LISTEN, the standalone leader's
+/// lock and the migration then straight to `direct`, as behind a transaction pooler they must be.
+pub fn database_keys(direct: &str, pooled: Option<&str>, pool_size: u32) -> String {
+    match pooled {
+        Some(pooled) => format!(
+            "url: \"{pooled}\", listen_dsn: \"{direct}\", migration_url: \"{direct}\", pool_size: {pool_size}"
+        ),
+        None => format!("url: \"{direct}\", pool_size: {pool_size}"),
+    }
+}
+
 /// A process that can be killed and started again with the same command line.
 pub struct Service {
     pub name: String,
@@ -343,12 +355,7 @@ impl System {
             Some(pg) if testkit::pooler_url().is_some() => Some(pg.through_pgbouncer(&db_url, 8)?),
             _ => None,
         };
-        let database = match &pooled {
-            Some(pooled) => format!(
-                "url: \"{pooled}\", listen_dsn: \"{db_url}\", migration_url: \"{db_url}\", pool_size: 8{database}"
-            ),
-            None => format!("url: \"{db_url}\", pool_size: 8{database}"),
-        };
+        let database = format!("{}{database}", database_keys(&db_url, pooled.as_deref(), 8));
         let api_bin = bin("load-control-api")?;
         let digest = hash_token(&api_bin, NIFI_TOKEN)?;
         let config = logs.join("config.yaml");

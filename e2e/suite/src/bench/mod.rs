@@ -9,7 +9,7 @@ pub mod procstat;
 pub mod scenarios;
 
 use crate::nifi::receiver::{Behaviour, DispatchKind, Receiver};
-use crate::standalone::{PgServer, Service, free_port, hash_token, wait_http_ok};
+use crate::standalone::{PgServer, Service, database_keys, free_port, hash_token, wait_http_ok};
 use anyhow::Context;
 use client::Client;
 use std::collections::HashMap;
@@ -147,15 +147,11 @@ impl Bench {
             }
         });
         let api_port = free_port();
-        let database = if opts.through_pgbouncer {
-            let pooled = pg.through_pgbouncer(&db_url, opts.pool_size)?;
-            format!(
-                "url: \"{pooled}\", listen_dsn: \"{db_url}\", migration_url: \"{db_url}\", pool_size: {}",
-                opts.pool_size
-            )
-        } else {
-            format!("url: \"{db_url}\", pool_size: {}", opts.pool_size)
+        let pooled = match opts.through_pgbouncer {
+            true => Some(pg.through_pgbouncer(&db_url, opts.pool_size)?),
+            false => None,
         };
+        let database = database_keys(&db_url, pooled.as_deref(), opts.pool_size);
         let config = logs.join("config.yaml");
         std::fs::write(
             &config,
