@@ -1021,10 +1021,10 @@ async fn run_row_lockable(env: &Env, run: Uuid) -> Result<(), sqlx::Error> {
     locked
 }
 
-/// Rule 4 probes every stuck run's recent alert in one statement: a tick costs as many statements
-/// with twelve runs stuck in validation as with two (a probe per run was a round trip per stuck
-/// run on every tick; 400 stuck runs made an aged ledger's tick 46 times slower). Counted on the
-/// wire between the ledger and PostgreSQL.
+/// Rule 4 selects the stuck runs due an alert, their own window and last alert judged in SQL, in
+/// one statement: a tick costs as many statements with twelve runs stuck in validation as with two
+/// (a probe per run was a round trip per stuck run on every tick; 400 stuck runs made an aged
+/// ledger's tick 46 times slower). Counted on the wire between the ledger and PostgreSQL.
 #[tokio::test]
 async fn a_tick_costs_the_same_statements_for_two_stuck_runs_or_twelve() {
     let env = Env::start(|_| {}).await;
