@@ -646,9 +646,23 @@ fn release_template_docs(release: &str, sets: &[&str]) -> Vec<serde_yaml::Value>
         .collect()
 }
 
-fn template(mut helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
+fn template(helm: std::process::Command, release: &str, ns: &str, sets: &[&str]) -> String {
+    template_with(helm, release, ns, &[], sets)
+}
+
+/// [`template`] with more values files (`-f`) after the required values.
+fn template_with(
+    mut helm: std::process::Command,
+    release: &str,
+    ns: &str,
+    files: &[&str],
+    sets: &[&str],
+) -> String {
     helm.args(["template", release, &chart_dir(), "--namespace", ns]);
     helm.args(["-f", &kubetest::required_values()]);
+    for file in files {
+        helm.args(["-f", file]);
+    }
     for set in sets {
         helm.args(["--set", set]);
     }
@@ -670,21 +684,11 @@ fn the_pooler_example_keeps_session_state_off_the_pooler() {
         "{}/../examples/values-cnpg-pooler.yaml",
         env!("CARGO_MANIFEST_DIR")
     );
-    let out = kubetest::helm_offline()
-        .args(["template", "lc", &chart_dir(), "--namespace", "ns"])
-        .args(["-f", &kubetest::required_values(), "-f", &example])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let docs: Vec<serde_yaml::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .split("\n---")
-        .filter_map(|d| serde_yaml::from_str(d).ok())
-        .collect();
+    let docs: Vec<serde_yaml::Value> =
+        template_with(kubetest::helm_offline(), "lc", "ns", &[&example], &[])
+            .split("\n---")
+            .filter_map(|d| serde_yaml::from_str(d).ok())
+            .collect();
     let secret_key = |env: &serde_yaml::Value, name: &str| -> Option<(String, String)> {
         let var = env.as_sequence()?.iter().find(|e| e["name"] == name)?;
         let key = &var["valueFrom"]["secretKeyRef"];

@@ -436,26 +436,26 @@ impl System {
             .expect("nifi-sim starts")
     }
 
-    /// The process id of the operator holding the current epoch (identity `<name>:<pid>-<rand>`).
-    pub async fn leader_pid(&self) -> Option<u32> {
+    /// The leader epoch last issued and its holder (None before the first leader, or while the
+    /// database is away).
+    async fn leader_row(&self) -> Option<(i64, String)> {
         use sqlx::Connection;
         let mut c = sqlx::PgConnection::connect(&self.db_url).await.ok()?;
-        let (holder,): (String,) = sqlx::query_as("SELECT holder FROM nifi_ops.leader_epoch")
+        sqlx::query_as("SELECT epoch, holder FROM nifi_ops.leader_epoch")
             .fetch_one(&mut c)
             .await
-            .ok()?;
+            .ok()
+    }
+
+    /// The process id of the operator holding the current epoch (identity `<name>:<pid>-<rand>`).
+    pub async fn leader_pid(&self) -> Option<u32> {
+        let (_, holder) = self.leader_row().await?;
         holder.split(':').nth(1)?.split('-').next()?.parse().ok()
     }
 
-    /// The leader epoch last issued (None before the first leader, or while the database is away).
+    /// The leader epoch last issued.
     pub async fn leader_epoch(&self) -> Option<i64> {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&self.db_url).await.ok()?;
-        let (epoch,): (i64,) = sqlx::query_as("SELECT epoch FROM nifi_ops.leader_epoch")
-            .fetch_one(&mut c)
-            .await
-            .ok()?;
-        Some(epoch)
+        Some(self.leader_row().await?.0)
     }
 
     /// Whether the api-server and both operators still run as the processes started first
