@@ -304,6 +304,21 @@ async fn stale_validation_alerts_once_per_window_and_stale_publish_becomes_unkno
         "once per validation_stale window"
     );
     assert_eq!(env.text("SELECT processor_name FROM nifi_ops.load_event WHERE run_id = $1 AND event_name = 'RUN_STALE_ALERT'", run).await.as_deref(), Some("sweeper"));
+    // The alert's values as the contract's event table words them: ERROR, `no progress in
+    // <status>`, details `{status, heartbeatAt}` (the run's own heartbeat, to the microsecond).
+    assert_eq!(
+        env.text(
+            "SELECT e.event_level || '|' || e.message || '|' || (e.details->>'status') || '|' \
+                    || ((e.details->>'heartbeatAt')::timestamptz = r.heartbeat_at)::text || '|' \
+                    || (SELECT count(*) FROM jsonb_object_keys(e.details))::text \
+               FROM nifi_ops.load_event e JOIN nifi_ops.load_run r ON r.run_id = e.run_id \
+              WHERE e.run_id = $1 AND e.event_name = 'RUN_STALE_ALERT'",
+            run
+        )
+        .await
+        .as_deref(),
+        Some("ERROR|no progress in STAGE_VALIDATING|STAGE_VALIDATING|true|2")
+    );
     assert_eq!(
         env.text(
             "SELECT status FROM nifi_ops.load_run WHERE run_id = $1",
